@@ -1,0 +1,44 @@
+# sglang-rvv: this Makefile only orchestrates; the logic lives in app/, images/, ansible/ and tests/.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# One Inductor cache for everything run from here: compiled artifacts are shared
+# across tests, benchmarks and runs, which keeps the suite's compile count low.
+export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
+PYTEST := $(PY) -m pytest
+
+.PHONY: help venv check test lint bench clean
+
+help:
+	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
+	@echo "make check  - fast policy tests (tests/unit)"
+	@echo "make test   - the whole suite"
+	@echo "make lint   - ruff"
+	@echo "make bench  - Linear microbenchmark (prints a table)"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements/lock.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else \
+		"the lock pins CPython 3.11 wheels; run with PYTHON=python3.11")'
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --no-deps --require-hashes -r requirements/lock.txt
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+check: venv
+	$(PYTEST) tests/unit
+
+test: venv lint
+	$(PYTEST) tests
+
+lint: venv
+	$(PY) -m ruff check app tests
+
+bench: venv
+	$(PY) -m sglang_rvv.bench linear
+
+clean:
+	rm -rf $(VENV) .cache

@@ -1,0 +1,134 @@
+"""Model adapters: which modules are projections, of which kind, and how to route them.
+
+An adapter knows one family of model classes. It lists the projection modules
+in priority order (model order: layer by layer, then lm_head), maps each onto
+one of the five projection kinds, attaches the router to it, and checks that
+a tied lm_head is still tied.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .routing import ModuleRoute
+
+ROUTE_ATTR = "_sglang_rvv_route"
+
+_HF_KINDS = {
+    "q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+    "o_proj": "o_proj",
+    "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
+    "down_proj": "down_proj",
+}
+_SGLANG_KINDS = {k: k for k in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}
+_ARCHS = ("llama", "qwen2", "qwen3")
+_SGLANG_CLASSES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+
+
+class TiedLmHeadError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    kinds: dict[str, str]  # last name component -> projection kind
+    detect: Callable[[torch.nn.Module], bool]
+    attach: Callable[[torch.nn.Module, ModuleRoute], None]
+    lm_head_tied: Callable[[torch.nn.Module], bool]
+
+    def projections(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module, str]]:
+        for name, module in model.named_modules():
+            kind = "lm_head" if name == "lm_head" else self.kinds.get(name.rpartition(".")[2])
+            if kind is not None and isinstance(getattr(module, "weight", None), torch.Tensor):
+                yield name, module, kind
+
+    def validate_tied_lm_head(self, model: torch.nn.Module) -> bool:
+        """Raise if the config ties lm_head to embed_tokens but the model no longer does."""
+        if not getattr(model.config, "tie_word_embeddings", False):
+            return False
+        if not self.lm_head_tied(model):
+            raise TiedLmHeadError(
+                f"{type(model).__name__}: config.tie_word_embeddings is True but lm_head and "
+                "model.embed_tokens no longer share their weight; the RVV policy never "
+                "replaces weights, so something else untied them - reload the model"
+            )
+        return True
+
+
+# -- Hugging Face transformers ------------------------------------------------
+
+class RoutedLinear:
+    """Mixin put in front of a Linear's class: forward goes through its route."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.__dict__[ROUTE_ATTR](self, input, self.weight, self.bias)
+
+
+_ROUTED_CLASSES: dict[type, type] = {}
+
+
+def attach_routed_linear(module: torch.nn.Module, route: ModuleRoute) -> None:
+    module.__dict__[ROUTE_ATTR] = route
+    cls = type(module)
+    if issubclass(cls, RoutedLinear):
+        return
+    routed = _ROUTED_CLASSES.get(cls)
+    if routed is None:
+        # A subclass keeps isinstance(module, nn.Linear) and the state_dict keys.
+        routed = type(f"RvvRouted{cls.__name__}", (RoutedLinear, cls), {"__module__": __name__})
+        _ROUTED_CLASSES[cls] = routed
+    module.__class__ = routed
+
+
+def _detect_hf(model: torch.nn.Module) -> bool:
+    transformers = sys.modules.get("transformers")
+    return (
+        transformers is not None
+        and isinstance(model, transformers.PreTrainedModel)
+        and getattr(model.config, "model_type", None) in _ARCHS
+        and hasattr(model, "lm_head")
+    )
+
+
+def _hf_tied(model: torch.nn.Module) -> bool:
+    return model.lm_head.weight is model.get_input_embeddings().weight
+
+
+HF_ADAPTER = Adapter(
+    name="transformers", kinds=_HF_KINDS, detect=_detect_hf, attach=attach_routed_linear,
+    lm_head_tied=_hf_tied,
+)
+
+
+# -- SGLang -------------------------------------------------------------------
+
+def _detect_sglang(model: torch.nn.Module) -> bool:
+    cls = type(model)
+    return cls.__module__ in {f"sglang.srt.models.{a}" for a in _ARCHS} and cls.__name__ in _SGLANG_CLASSES
+
+
+def _attach_sglang(module: torch.nn.Module, route: ModuleRoute) -> None:
+    from .srt.methods import attach  # needs SGLang; imported only for SGLang models
+
+    attach(module, route)
+
+
+def _sglang_tied(model: torch.nn.Module) -> bool:
+    return model.lm_head is model.model.embed_tokens
+
+
+SGLANG_ADAPTER = Adapter(
+    name="sglang", kinds=_SGLANG_KINDS, detect=_detect_sglang, attach=_attach_sglang,
+    lm_head_tied=_sglang_tied,
+)
+
+ADAPTERS = (SGLANG_ADAPTER, HF_ADAPTER)
+
+
+def resolve_adapter(model: torch.nn.Module) -> Adapter | None:
+    return next((a for a in ADAPTERS if a.detect(model)), None)

@@ -1,0 +1,1 @@
+"""Benchmarks that print numbers (``python -m sglang_rvv.bench SUITE``)."""

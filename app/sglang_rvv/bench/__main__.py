@@ -1,0 +1,23 @@
+"""``python -m sglang_rvv.bench linear [options]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import linear
+
+SUITES = {"linear": linear}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_rvv.bench", description=__doc__)
+    sub = parser.add_subparsers(dest="suite", required=True)
+    for name, module in SUITES.items():
+        module.add_arguments(sub.add_parser(name, help=module.__doc__.splitlines()[0]))
+    args = parser.parse_args(argv)
+    return SUITES[args.suite].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Linear microbenchmark: row-major F.linear vs the packed route vs the full policy call.
+
+Weights rotate through several copies whose total exceeds the last-level
+cache, so every call streams its weight from memory as in real decode. At
+M=1 the achieved weight bandwidth is printed next to this machine's measured
+read and copy bandwidth (the physical limit for decode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from .. import routing
+from ..adapters import Adapter, attach_routed_linear
+from ..config import RvvPolicyConfig
+from ..ops import PROVIDER_NAME, packed_bf16_linear
+from ..packed_state import BUFFER
+from ..policy import RvvPolicy
+
+# Llama-3.2-1B as SGLang sees it (fused qkv and gate_up): (N, K).
+LLAMA_3_2_1B = {
+    "qkv_proj": (3072, 2048),
+    "o_proj": (2048, 2048),
+    "gate_up_proj": (16384, 2048),
+    "down_proj": (2048, 8192),
+    "lm_head": (128256, 2048),
+}
+DEFAULT_ROWS = (1, 2, 3, 4, 8, 9, 16, 64, 128)
+GB = 1e9
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--projections", default=",".join(LLAMA_3_2_1B),
+                        help="comma-separated subset of %(default)s")
+    parser.add_argument("--rows", default=",".join(map(str, DEFAULT_ROWS)), help="M values")
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds timed per cell")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+
+
+def _llc_bytes() -> int:
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 1024, "M": 1024**2}.get(text[-1], 1)
+        best = max(best, int(text.rstrip("KM")) * scale)
+    return best or 32 * 1024**2
+
+
+def _time(fn, operands, min_time: float) -> float:
+    """Seconds per call, cycling through ``operands`` (one weight copy per call)."""
+    for op in operands[:2]:
+        fn(op)
+    calls, start = 0, time.perf_counter()
+    while True:
+        for op in operands:
+            fn(op)
+        calls += len(operands)
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return elapsed / calls
+
+
+def memory_bandwidth(nbytes: int = 1 << 30) -> dict[str, float]:
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    read = _time(lambda t: t.sum(), [src], 0.5)
+    copy = _time(lambda t: dst.copy_(t), [src], 0.5)
+    return {"read_gbs": nbytes / read / GB, "copy_gbs": 2 * nbytes / copy / GB}
+
+
+def _bench_policy(modules: list[torch.nn.Module]) -> RvvPolicy:
+    """A policy over standalone projections: the same routing and state as in a model."""
+    root = torch.nn.Module()
+    root.copies = torch.nn.ModuleList(modules)
+    root.config = SimpleNamespace(tie_word_embeddings=False)
+    kinds = {k: k for k in routing.PROJECTIONS}
+    adapter = Adapter("bench", kinds, lambda m: True, attach_routed_linear, lambda m: False)
+    policy = RvvPolicy(root, adapter, RvvPolicyConfig(memory_budget_mib=2**40))
+    policy.reconcile()
+    policy.root = root  # keep the container alive: the policy holds it weakly
+    return policy
+
+
+def _measure(kind: str, n: int, k: int, rows: int, linears, min_time: float) -> dict:
+    weights = [lin.weight for lin in linears]
+    packed = [lin._buffers[BUFFER] for lin in linears]
+    x = torch.randn(rows, k, dtype=torch.bfloat16)
+    key = routing.RegionalShapeKey(torch.bfloat16, "cpu", kind, rows, n, k, routing.EXPLICIT_PACKED)
+    compiled = routing.compiled_callable(key)
+    with torch.inference_mode():
+        return dict(
+            projection=kind, n=n, k=k, rows=rows,
+            linear_us=_time(lambda w: F.linear(x, w), weights, min_time) * 1e6,
+            compiled_us=_time(lambda p: compiled(x, p, n), packed, min_time) * 1e6,
+            eager_us=_time(lambda p: packed_bf16_linear(x, p, n), packed, min_time) * 1e6,
+            policy_us=_time(lambda lin: lin(x), linears, min_time) * 1e6,
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    projections = args.projections.split(",")
+    unknown = set(projections) - set(LLAMA_3_2_1B)
+    if unknown:
+        sys.exit(f"unknown projection(s) {sorted(unknown)}; choose from {list(LLAMA_3_2_1B)}")
+    rows_list = [int(r) for r in args.rows.split(",")]
+    llc = _llc_bytes()
+    torch.manual_seed(0)
+    print(f"# torch {torch.__version__}, provider {PROVIDER_NAME}, threads {torch.get_num_threads()}, "
+          f"LLC {llc / 2**20:.0f} MiB", flush=True)
+    bw = memory_bandwidth()
+    print(f"# memory bandwidth: read {bw['read_gbs']:.1f} GB/s, copy {bw['copy_gbs']:.1f} GB/s", flush=True)
+
+    results = []
+    header = ("| projection | N x K | M | F.linear us | packed compiled us | packed eager us | policy us "
+              "| linear/compiled | linear/policy | GB/s linear | GB/s compiled |")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for kind in projections:
+        n, k = LLAMA_3_2_1B[kind]
+        weight_bytes = n * k * 2
+        copies = max(2, math.ceil(4 * llc / weight_bytes))
+        print(f"# {kind}: {copies} weight copies ({copies * weight_bytes / 2**20:.0f} MiB), packing...",
+              file=sys.stderr, flush=True)
+        linears = []
+        for _ in range(copies):
+            lin = torch.nn.Linear(k, n, bias=False, dtype=torch.bfloat16)
+            torch.nn.init.normal_(lin.weight, std=0.02)
+            lin.requires_grad_(False)
+            linears.append(lin)
+        modules = []
+        for lin in linears:
+            holder = torch.nn.Module()
+            setattr(holder, kind, lin)
+            modules.append(holder)
+        policy = _bench_policy(modules)
+        for rows in rows_list:
+            row = _measure(kind, n, k, rows, linears, args.min_time)
+            routes = sorted({r for (_, r, _), c in policy.counters.items() if c})
+            policy.counters.clear()
+            row.update(policy_routes=routes, linear_gbs=weight_bytes / row["linear_us"] / 1e3,
+                       compiled_gbs=weight_bytes / row["compiled_us"] / 1e3)
+            results.append(row)
+            cells = [kind, f"{n}x{k}", rows] + [f"{row[c]:.0f}" for c in
+                                                  ("linear_us", "compiled_us", "eager_us", "policy_us")]
+            cells += [f"{row['linear_us'] / row[c]:.2f}" for c in ("compiled_us", "policy_us")]
+            cells += [f"{row[c]:.1f}" for c in ("linear_gbs", "compiled_gbs")]
+            print("| " + " | ".join(map(str, cells)) + " |", flush=True)
+        del policy, linears, modules
+    decode = [r for r in results if r["rows"] == 1]
+    if decode:
+        total = sum(r["n"] * r["k"] * 2 for r in decode)
+        for name in ("linear", "compiled"):
+            seconds = sum(r[f"{name}_us"] for r in decode) / 1e6
+            print(f"# M=1 across {len(decode)} projections, {name}: {total / seconds / GB:.1f} GB/s = "
+                  f"{total / seconds / GB / bw['read_gbs']:.0%} of read bandwidth")
+    if args.json:
+        summary = {"bandwidth": bw, "provider": PROVIDER_NAME, "results": results}
+        args.json.write_text(json.dumps(summary, indent=1))
+    return 0

@@ -1,0 +1,49 @@
+"""The one configuration object of the policy."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+PACKED_WEIGHT_MODES = ("off", "explicit")
+
+
+@dataclass(frozen=True)
+class RvvPolicyConfig:
+    """How the RVV BF16 Linear policy treats a model.
+
+    Args:
+        packed_weight_mode: ``"explicit"`` gives each eligible projection a
+            module-owned packed copy of its weight; ``"off"`` keeps row-major only.
+        small_batch: route M=2..15 through the 2/4/8/16 buckets (zero-pad, then
+            slice). Off, those row counts run row-major ``F.linear``.
+        regional_compile: compile one callable per shape key with
+            ``torch.compile``. Off, the packed op runs eagerly.
+        memory_budget_mib: cap on packed bytes, in MiB. ``None`` derives it from
+            the memory really available (cgroup limits included) minus a reserve.
+        eager_repack: rebuild packed buffers as soon as they are invalidated
+            (``invalidate_rvv_packed_weights``, ``load_state_dict``) or a call finds
+            its weight changed (``.to()``, a replaced or in-place-bumped weight).
+            Off, such projections are freed and run row-major (route
+            ``row_major_invalid``) until the next install or repacking invalidate.
+    """
+
+    packed_weight_mode: str = "explicit"
+    small_batch: bool = True
+    regional_compile: bool = True
+    memory_budget_mib: float | None = None
+    eager_repack: bool = True
+
+    def __post_init__(self) -> None:
+        if self.packed_weight_mode not in PACKED_WEIGHT_MODES:
+            raise ValueError(
+                f"packed_weight_mode={self.packed_weight_mode!r} is not one of "
+                f"{PACKED_WEIGHT_MODES}"
+            )
+        if self.memory_budget_mib is not None and not self.memory_budget_mib >= 0:
+            raise ValueError(
+                f"memory_budget_mib={self.memory_budget_mib!r} must be >= 0 MiB, "
+                "or None for the automatic budget"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,212 @@
+"""``install_rvv_policy(model, config)``: the one entry point.
+
+It resolves the model's adapter, walks its projections in priority order,
+applies the static gate and the memory budget, gives the chosen modules a
+packed buffer, attaches the router to every projection, checks that a tied
+lm_head stays tied, and returns a report. Installing again reconciles: valid
+buffers are kept, stale ones rebuilt, and ones the new plan drops are freed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from . import budget, layout, packed_state, routing
+from .adapters import ROUTE_ATTR, Adapter, resolve_adapter
+from .config import RvvPolicyConfig
+from .ops import PROVIDER_NAME
+
+log = logging.getLogger("sglang_rvv")
+POLICY_ATTR = "_sglang_rvv_policy"
+MIB = budget.MIB
+
+
+@dataclass
+class PolicyReport:
+    """What an install (or a later reconcile) decided."""
+
+    adapter: str | None
+    provider: str = PROVIDER_NAME
+    layout_version: int = layout.LAYOUT_VERSION
+    config: dict = field(default_factory=dict)
+    packed: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    packed_bytes: int = 0
+    budget_bytes: int | None = None
+    budget_source: str | None = None
+    tied_lm_head: bool = False
+    reason: str | None = None  # why nothing was installed
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(asdict(self), **kwargs)
+
+    def summary(self) -> str:
+        if self.adapter is None:
+            return f"sglang_rvv: model left row-major ({self.reason})"
+        budget_text = "none" if self.budget_bytes is None else f"{self.budget_bytes / MIB:.0f} MiB"
+        return (
+            f"sglang_rvv: adapter={self.adapter} provider={self.provider} "
+            f"packed={len(self.packed)} skipped={len(self.skipped)} "
+            f"packed_bytes={self.packed_bytes / MIB:.1f} MiB budget={budget_text} "
+            f"({self.budget_source})"
+        )
+
+
+class RvvPolicy:
+    """The policy state of one model. Modules reference it; it references the model weakly."""
+
+    def __init__(self, model: torch.nn.Module, adapter: Adapter, config: RvvPolicyConfig):
+        self._model = weakref.ref(model)
+        self.adapter = adapter
+        self.config = config
+        self.counters = routing.Counters()
+        self.report = PolicyReport(adapter=adapter.name)
+
+    def _entries(self):
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model of this RVV policy has been freed")
+        return model, list(self.adapter.projections(model))
+
+    def packed_bytes(self) -> int:
+        _, entries = self._entries()
+        return sum(_buffer_bytes(module) for _, module, _ in entries)
+
+    def _budget(self, held: int) -> tuple[int, str]:
+        if self.config.memory_budget_mib is not None:
+            return int(self.config.memory_budget_mib * MIB), "configured"
+        # Memory our own current buffers hold is available to the new plan.
+        available = budget.available_memory()
+        reserve_text = f"reserve max({budget.RESERVE_MIN_BYTES // MIB} MiB, {budget.RESERVE_FRACTION:.0%})"
+        return budget.auto_budget_bytes(available.bytes + held), f"auto: {available.source}, {reserve_text}"
+
+    def reconcile(self) -> PolicyReport:
+        model, entries = self._entries()
+        config = self.config
+        budget_bytes, budget_source = self._budget(sum(_buffer_bytes(m) for _, m, _ in entries))
+
+        plan: list[tuple[str, torch.nn.Module, routing.ModuleRoute, str | None]] = []
+        for name, module, kind in entries:
+            route = module.__dict__.get(ROUTE_ATTR)
+            if route is None or route.policy is not self:
+                route = routing.ModuleRoute(self, kind)
+                self.adapter.attach(module, route)
+            route.source = packed_state.PackedWeightSource.capture(module.weight)
+            reason = routing.static_gate(kind, module.weight, getattr(module, "bias", None))
+            if reason is None and config.packed_weight_mode == "off":
+                reason = "packed_weight_mode=off"
+                route.status = routing.ROW_MAJOR_ONLY if config.regional_compile else routing.GATE
+            elif reason is not None:
+                route.status = routing.GATE
+            plan.append((name, module, route, reason))
+
+        eligible = [(n, m, r) for n, m, r, reason in plan if reason is None]
+        sizes = [layout.packed_bytes(*m.weight.shape, m.weight.element_size()) for _, m, _ in eligible]
+        fit = budget.plan_prefix(sizes, budget_bytes)
+        report = PolicyReport(
+            adapter=self.adapter.name, config=config.to_dict(),
+            budget_bytes=budget_bytes, budget_source=budget_source,
+        )
+        report.skipped = {name: reason for name, _, _, reason in plan if reason is not None}
+        if fit < len(eligible):
+            cut, used = eligible[fit][0], sum(sizes[:fit])
+            for (name, _, route), size in zip(eligible[fit:], sizes[fit:], strict=True):
+                route.status = routing.BUDGET
+                report.skipped[name] = (
+                    f"budget: {size / MIB:.1f} MiB past the cut at {cut} "
+                    f"({used / MIB:.1f} of {budget_bytes / MIB:.1f} MiB used)"
+                )
+        # Free everything that will not be (or is no longer) valid before packing
+        # anything, so peak memory never holds two packed copies of one weight.
+        chosen = eligible[:fit]
+        chosen_names = {name for name, _, _ in chosen}
+        for name, module, _, _ in plan:
+            if name not in chosen_names or packed_state.valid_packed(module, module.weight) is None:
+                packed_state.release(module)
+        for name, module, route in chosen:
+            route.status = routing.PACKED
+            if not packed_state.has_packed(module):
+                packed_state.attach(module, module.weight)
+            report.packed.append(name)
+            report.packed_bytes += _buffer_bytes(module)
+        report.tied_lm_head = self.adapter.validate_tied_lm_head(model)
+        self.report = report
+        return report
+
+    def weights_changed(self, module: torch.nn.Module, weight: torch.Tensor) -> None:
+        """A routed call found ``module``'s weight changed since the plan (moved, replaced, re-typed)."""
+        if self.config.eager_repack:
+            log.warning("sglang_rvv: weights changed since the plan; re-planning and repacking")
+            self.reconcile()
+            return
+        route = module.__dict__[ROUTE_ATTR]
+        if route.status == routing.PACKED:
+            packed_state.release(module)
+            route.status = routing.INVALID
+        route.source = packed_state.PackedWeightSource.capture(weight)
+
+    def invalidate(self, repack: bool | None = None) -> PolicyReport:
+        _, entries = self._entries()
+        for _, module, _ in entries:
+            packed_state.release(module)
+        if self.config.eager_repack if repack is None else repack:
+            return self.reconcile()
+        for _, module, _ in entries:
+            route = module.__dict__.get(ROUTE_ATTR)
+            if route is not None and route.status == routing.PACKED:
+                route.status = routing.INVALID
+        return self.report
+
+
+def _buffer_bytes(module: torch.nn.Module) -> int:
+    packed = module._buffers.get(packed_state.BUFFER)
+    return 0 if packed is None else packed.numel() * packed.element_size()
+
+
+def _invalidate_after_load(model: torch.nn.Module, _incompatible_keys) -> None:
+    invalidate_rvv_packed_weights(model)
+
+
+def install_rvv_policy(model: torch.nn.Module, config: RvvPolicyConfig | None = None) -> PolicyReport:
+    """Install (or re-plan) the RVV BF16 Linear policy on ``model``; safe to call again."""
+    config = config or RvvPolicyConfig()
+    policy: RvvPolicy | None = model.__dict__.get(POLICY_ATTR)
+    if policy is None:
+        adapter = resolve_adapter(model)
+        if adapter is None:
+            model_type = getattr(getattr(model, "config", None), "model_type", None)
+            report = PolicyReport(
+                adapter=None, config=config.to_dict(),
+                reason=f"no adapter for {type(model).__name__} (model_type={model_type!r})",
+            )
+            log.warning(report.summary())
+            return report
+        adapter.validate_tied_lm_head(model)
+        policy = RvvPolicy(model, adapter, config)
+        model.__dict__[POLICY_ATTR] = policy
+        model.register_load_state_dict_post_hook(_invalidate_after_load)
+    policy.config = config
+    report = policy.reconcile()
+    log.info(report.summary())
+    return report
+
+
+def policy_of(model: torch.nn.Module) -> RvvPolicy | None:
+    return model.__dict__.get(POLICY_ATTR)
+
+
+def invalidate_rvv_packed_weights(model: torch.nn.Module, repack: bool | None = None) -> PolicyReport | None:
+    """Free every packed buffer of ``model`` and (by default) rebuild them from the current weights.
+
+    Call it after changing weights in place (``weight.data.copy_(...)``): such a
+    write keeps identity and storage, so the recorded source cannot notice it.
+    ``repack`` defaults to the config's ``eager_repack``. Returns the new report,
+    or ``None`` when no policy is installed.
+    """
+    policy = policy_of(model)
+    return None if policy is None else policy.invalidate(repack)

@@ -1,0 +1,201 @@
+"""Which kernel serves a Linear call: buckets, the shape gate, shape keys.
+
+Every routed projection call lands in :meth:`ModuleRoute.__call__`. It maps the
+flattened row count M to a bucket, checks the gate, and runs either a packed
+callable for the bucket (zero-padding M up to the bucket, slicing after) or
+row-major ``F.linear``. Each call is counted by (projection, route, bucket).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from . import packed_state
+from .ops import packed_bf16_linear
+
+if TYPE_CHECKING:
+    from .policy import RvvPolicy
+
+PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+MIN_FEATURES = 1024
+MIN_WORK = 1_000_000  # M * N * K below this is not worth a kernel switch
+SMALL_BATCH_BUCKETS = (2, 4, 8, 16)
+PREFILL_BUCKETS = (16, 32, 64, 128)
+
+PACKED_COMPILED = "packed_compiled"
+PACKED_EAGER = "packed_eager"
+ROW_MAJOR_COMPILED = "row_major_compiled"  # regional compile with packing off
+ROW_MAJOR_GATE = "row_major_gate"
+ROW_MAJOR_INVALID = "row_major_invalid"
+ROW_MAJOR_BUDGET = "row_major_budget"
+ROUTES = (
+    PACKED_COMPILED, PACKED_EAGER, ROW_MAJOR_COMPILED,
+    ROW_MAJOR_GATE, ROW_MAJOR_INVALID, ROW_MAJOR_BUDGET,
+)
+NO_BUCKET = "none"
+
+EXPLICIT_PACKED = "explicit_packed"
+ROW_MAJOR = "row_major"
+
+
+def bucket_rows(rows: int, *, small_batch: bool, projection: str) -> int | None:
+    """The compiled row count that serves ``rows``, or ``None`` for row-major.
+
+    1 -> 1; with small_batch 2..15 -> 2/4/8/16; 16..128 -> 16/32/64/128 except
+    for lm_head (prefill logits are computed for the last token only, so large
+    M there is rare and not worth artifacts).
+    """
+    if rows == 1:
+        return 1
+    if small_batch and 2 <= rows <= SMALL_BATCH_BUCKETS[-1]:
+        return next(b for b in SMALL_BATCH_BUCKETS if rows <= b)
+    if projection != "lm_head" and PREFILL_BUCKETS[0] <= rows <= PREFILL_BUCKETS[-1]:
+        return next(b for b in PREFILL_BUCKETS if rows <= b)
+    return None
+
+
+def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+    """Why a projection can never take the packed route, or ``None`` if it can."""
+    if projection not in PROJECTIONS:
+        return f"gate: projection {projection!r} is not one of {PROJECTIONS}"
+    if weight.device.type != "cpu":
+        return f"gate: weight on {weight.device.type}, needs cpu"
+    if weight.dtype != torch.bfloat16:
+        return f"gate: weight dtype {weight.dtype}, needs torch.bfloat16"
+    if weight.dim() != 2:
+        return f"gate: weight rank {weight.dim()}, needs 2"
+    if bias is not None:
+        return "gate: has a bias"
+    out_features, in_features = weight.shape
+    if out_features < MIN_FEATURES or in_features < MIN_FEATURES:
+        return f"gate: [N={out_features}, K={in_features}] below the {MIN_FEATURES} minimum"
+    return None
+
+
+class RegionalShapeKey(NamedTuple):
+    dtype: torch.dtype
+    device_type: str
+    projection: str
+    rows: int
+    out_features: int
+    in_features: int
+    mode: str
+
+
+def _packed_rows(input: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    return packed_bf16_linear(input, packed, out_features)
+
+
+def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
+    return F.linear(input, weight)
+
+
+# Process-wide: a key fully determines the artifact, so models and policies share them.
+_COMPILED: dict[RegionalShapeKey, Callable] = {}
+
+
+def compiled_callable(key: RegionalShapeKey) -> Callable:
+    fn = _COMPILED.get(key)
+    if fn is None:
+        body = _packed_rows if key.mode == EXPLICIT_PACKED else _row_major_rows
+        fn = torch.compile(body, dynamic=False, fullgraph=True)
+        _COMPILED[key] = fn
+        # All keys share one code object, hence one Dynamo cache: let it hold
+        # one entry per key (bounded by projections x buckets x shapes).
+        limit = torch._dynamo.config.recompile_limit
+        torch._dynamo.config.recompile_limit = max(limit, len(_COMPILED) + 1)
+    return fn
+
+
+def compiled_keys() -> list[RegionalShapeKey]:
+    return list(_COMPILED)
+
+
+class Counters(Counter):
+    """Call counts keyed by (projection, route, bucket label)."""
+
+    def by_route(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for (_, route, _), count in self.items():
+            totals[route] = totals.get(route, 0) + count
+        return totals
+
+
+# What the policy decided for a module (ModuleRoute.status).
+PACKED = "packed"            # owns a packed buffer
+BUDGET = "budget"            # eligible, but past the memory budget
+GATE = "gate"                # can never take the packed route (static gate)
+INVALID = "invalid"          # its buffer went stale while eager_repack was off
+ROW_MAJOR_ONLY = "row_major"  # packing off, regional compile on
+
+
+class ModuleRoute:
+    """Per-module routing state; the module owns it, and it owns nothing of the module.
+
+    ``source`` records the weight the plan was made for. A call that sees a
+    different weight (replaced, moved, re-typed, bumped in place) asks the
+    policy to re-plan before anything else, so no decision outlives its weight.
+    """
+
+    __slots__ = ("policy", "projection", "status", "source")
+
+    def __init__(self, policy: RvvPolicy, projection: str):
+        self.policy = policy
+        self.projection = projection
+        self.status = GATE  # until the policy's plan says otherwise
+        self.source: packed_state.PackedWeightSource | None = None
+
+    def __call__(self, module, input, weight, bias=None) -> torch.Tensor:
+        policy = self.policy
+        if self.source is None or not self.source.matches(weight):
+            policy.weights_changed(module, weight)
+        packed = packed_state.valid_packed(module, weight) if self.status == PACKED else None
+        config = policy.config
+        in_features = input.shape[-1] if input.dim() else 0
+        rows = input.numel() // in_features if in_features else 0
+        bucket = bucket_rows(rows, small_batch=config.small_batch, projection=self.projection)
+        if (
+            self.status == GATE
+            or bucket is None
+            or input.device.type != "cpu"
+            or input.dtype != torch.bfloat16
+            or in_features != weight.shape[-1]
+            or rows * weight.numel() < MIN_WORK
+            or (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
+        ):
+            return self._row_major(ROW_MAJOR_GATE, bucket, input, weight, bias)
+        if self.status == BUDGET:
+            return self._row_major(ROW_MAJOR_BUDGET, bucket, input, weight, bias)
+        if self.status == ROW_MAJOR_ONLY:
+            operand, route, mode = weight, ROW_MAJOR_COMPILED, ROW_MAJOR
+        elif packed is None:  # INVALID, or PACKED whose repack did not happen
+            return self._row_major(ROW_MAJOR_INVALID, bucket, input, weight, bias)
+        else:
+            operand, mode = packed, EXPLICIT_PACKED
+            route = PACKED_COMPILED if config.regional_compile else PACKED_EAGER
+
+        out_features = weight.shape[0]
+        if route == PACKED_EAGER:
+            fn = _packed_rows
+        else:
+            fn = compiled_callable(RegionalShapeKey(
+                input.dtype, "cpu", self.projection, bucket, out_features, in_features, mode
+            ))
+        policy.counters[(self.projection, route, str(bucket))] += 1
+        flat = input.reshape(rows, in_features)
+        if bucket != rows:
+            flat = F.pad(flat, (0, 0, 0, bucket - rows))
+        out = fn(flat, operand, out_features)
+        if bucket != rows:
+            out = out[:rows]
+        return out.reshape(*input.shape[:-1], out_features)
+
+    def _row_major(self, route, bucket, input, weight, bias):
+        label = NO_BUCKET if bucket is None else str(bucket)
+        self.policy.counters[(self.projection, route, label)] += 1
+        return F.linear(input, weight, bias)

@@ -1,0 +1,149 @@
+"""The packed layout and the two custom ops."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._inductor.utils import run_and_get_code
+
+from sglang_rvv import layout, ops
+from sglang_rvv.layout import BLOCK_N, LayoutError
+from support import assert_bf16_close, sqnr_db
+
+
+def _weight(n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, k, generator=g).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (31, 7), (32, 64), (33, 5), (100, 3), (1000, 1056)])
+def test_pack_unpack_round_trip(n, k):
+    weight = _weight(n, k)
+    packed = ops.pack_bf16_weight(weight)
+    assert tuple(packed.shape) == ((n + 31) // 32, k, BLOCK_N)
+    assert packed.is_contiguous()
+    assert torch.equal(layout.unpack_reference(packed, n), weight)
+    # Block b, column j of the last dim is output channel b*32+j; padding is zero.
+    assert torch.equal(packed[0, :, 0], weight[0])
+    tail = packed.shape[0] * BLOCK_N - n
+    if tail:
+        assert not packed[-1, :, BLOCK_N - tail :].any()
+    assert packed.numel() * packed.element_size() == layout.packed_bytes(n, k)
+
+
+@pytest.mark.parametrize("n,k", [(97, 70), (1056, 1000)])
+def test_packed_linear_matches_fp32_reference_for_every_m(n, k):
+    weight = _weight(n, k)
+    packed = ops.pack_bf16_weight(weight)
+    for m in range(1, 131):
+        x = _weight(m, k, seed=m)
+        out = ops.packed_bf16_linear(x, packed, n)
+        assert out.dtype == torch.bfloat16
+        assert_bf16_close(out, F.linear(x.double(), weight.double()))
+
+
+def test_packed_linear_keeps_leading_dims():
+    weight = _weight(70, 40)
+    x = _weight(2 * 3 * 5, 40, seed=1).reshape(2, 3, 5, 40)
+    out = ops.packed_bf16_linear(x, ops.pack_bf16_weight(weight), 70)
+    assert out.shape == (2, 3, 5, 70)
+    assert_bf16_close(out, F.linear(x.double(), weight.double()))
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 128])
+def test_compiled_packed_linear_is_generated_code(m):
+    n, k = 1030, 1024
+    weight = _weight(n, k)
+    packed = ops.pack_bf16_weight(weight)
+    fn = torch.compile(lambda x, p: ops.packed_bf16_linear(x, p, n), dynamic=False, fullgraph=True)
+    x = _weight(m, k, seed=m)
+    out, (code, *_) = run_and_get_code(fn, x, packed)
+    # The op was decomposed and lowered, not called back as an opaque kernel.
+    assert "sglang_rvv" not in code
+    assert_bf16_close(out, F.linear(x.double(), weight.double()))
+
+
+def test_errors_name_the_problem():
+    weight = _weight(64, 32)
+    packed = ops.pack_bf16_weight(weight)
+    x = _weight(2, 32)
+    cases = [
+        (lambda: ops.pack_bf16_weight(weight.float()), "bfloat16 weight"),
+        (lambda: ops.pack_bf16_weight(weight[0]), "2-D"),
+        (lambda: ops.pack_bf16_weight(weight, 2), "layout version 2"),
+        (lambda: ops.packed_bf16_linear(x.float(), packed, 64), "bfloat16 input"),
+        (lambda: ops.packed_bf16_linear(x, packed, 64, 7), "layout version 7"),
+        (lambda: ops.packed_bf16_linear(_weight(2, 16), packed, 64), "K=16"),
+        (lambda: ops.packed_bf16_linear(x, packed, 65), "out_features=65"),
+        (lambda: ops.packed_bf16_linear(x, packed, 32), "out_features=32"),
+        (lambda: ops.packed_bf16_linear(x, weight, 64), "packed weight of shape"),
+    ]
+    for call, needle in cases:
+        with pytest.raises(LayoutError, match=needle):
+            call()
+
+
+def test_fake_kernels_check_too():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        weight = torch.empty(100, 64, dtype=torch.bfloat16)
+        packed = ops.pack_bf16_weight(weight)
+        assert packed.shape == (4, 64, 32)
+        assert ops.packed_bf16_linear(torch.empty(3, 64, dtype=torch.bfloat16), packed, 100).shape == (3, 100)
+        with pytest.raises(LayoutError, match="K=8"):
+            ops.packed_bf16_linear(torch.empty(3, 8, dtype=torch.bfloat16), packed, 100)
+
+
+def test_generic_provider_on_this_torch():
+    assert ops.PROVIDER_NAME == "generic"
+
+
+def test_rvv_prims_are_preferred_when_torch_has_them():
+    """A torch that registers the RVV branch's prims gets them, and both ops go through them."""
+    script = textwrap.dedent(
+        """
+        import torch
+        import torch.nn.functional as F
+        calls = []
+        lib = torch.library.Library("prims", "FRAGMENT")
+        lib.define("rvv_pack_bf16_weight(Tensor weight, int layout_version=1) -> Tensor")
+        lib.define("rvv_packed_bf16_linear(Tensor input, Tensor packed_weight, SymInt out_features, "
+                   "int layout_version=1) -> Tensor")
+        def pack(w, v=1):  # the RVV branch's eager reference
+            calls.append("pack")
+            n, k = w.shape
+            padded = F.pad(w, (0, 0, 0, (n + 31) // 32 * 32 - n))
+            return padded.reshape(-1, 32, k).permute(0, 2, 1).contiguous()
+        def linear(x, p, n, v=1):
+            calls.append("linear")
+            return F.linear(x, p.permute(0, 2, 1).reshape(-1, p.shape[1])[:n])
+        lib.impl("rvv_pack_bf16_weight", pack, "CPU")
+        lib.impl("rvv_packed_bf16_linear", linear, "CPU")
+        from sglang_rvv import ops  # imported after the prims exist, as on the RVV torch
+        w = torch.randn(40, 16, dtype=torch.bfloat16)
+        out = ops.packed_bf16_linear(torch.ones(2, 16, dtype=torch.bfloat16), ops.pack_bf16_weight(w), 40)
+        print(ops.PROVIDER_NAME, calls, tuple(out.shape))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "rvv_prims ['pack', 'linear'] (2, 40)"
+
+
+def test_forcing_a_missing_provider_fails_clearly():
+    env_script = "import sglang_rvv.ops"
+    result = subprocess.run(
+        [sys.executable, "-c", env_script], capture_output=True, text=True,
+        env={**__import__("os").environ, "SGLANG_RVV_OP_PROVIDER": "rvv_prims"},
+    )
+    assert result.returncode != 0
+    assert "SGLANG_RVV_OP_PROVIDER='rvv_prims' was requested" in result.stderr
+
+
+def test_sqnr_metric_detects_a_wrong_result():
+    ref = torch.randn(64, 64, dtype=torch.float64)
+    assert sqnr_db(ref.to(torch.bfloat16), ref) > 40
+    assert sqnr_db(ref.to(torch.bfloat16) * 1.1, ref) < 25

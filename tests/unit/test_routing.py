@@ -1,0 +1,109 @@
+"""Buckets, the shape gate and shape keys."""
+
+import pytest
+import torch
+
+from sglang_rvv import RvvPolicyConfig, install_rvv_policy, routing
+from sglang_rvv.policy import policy_of
+from sglang_rvv.routing import bucket_rows, static_gate
+
+
+def test_bucket_table():
+    expected_small = {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 8: 8, 9: 16, 15: 16, 16: 16, 17: 32,
+                      33: 64, 64: 64, 65: 128, 128: 128, 129: None, 0: None}
+    for rows, bucket in expected_small.items():
+        assert bucket_rows(rows, small_batch=True, projection="o_proj") == bucket, rows
+    for rows in range(2, 16):
+        assert bucket_rows(rows, small_batch=False, projection="o_proj") is None
+        assert bucket_rows(rows, small_batch=True, projection="lm_head") == expected_small.get(
+            rows, bucket_rows(rows, small_batch=True, projection="o_proj"))
+    for rows in range(16, 200):
+        assert bucket_rows(rows, small_batch=True, projection="lm_head") == (16 if rows == 16 else None)
+    assert bucket_rows(16, small_batch=False, projection="lm_head") is None
+    assert bucket_rows(1, small_batch=False, projection="lm_head") == 1
+
+
+def test_every_row_count_maps_to_a_bounded_set():
+    buckets = {bucket_rows(m, small_batch=True, projection="down_proj") for m in range(1, 1000)}
+    assert buckets == {None, 1, 2, 4, 8, 16, 32, 64, 128}
+
+
+@pytest.mark.parametrize(
+    "projection,shape,dtype,bias,reason",
+    [
+        ("o_proj", (1024, 1024), torch.bfloat16, False, None),
+        ("o_proj", (1023, 1024), torch.bfloat16, False, "below the 1024 minimum"),
+        ("o_proj", (1024, 1000), torch.bfloat16, False, "below the 1024 minimum"),
+        ("o_proj", (1024, 1024), torch.float32, False, "dtype torch.float32"),
+        ("o_proj", (1024, 1024), torch.bfloat16, True, "has a bias"),
+        ("q_norm", (1024, 1024), torch.bfloat16, False, "not one of"),
+    ],
+)
+def test_static_gate(projection, shape, dtype, bias, reason):
+    weight = torch.empty(shape, dtype=dtype)
+    got = static_gate(projection, weight, torch.empty(shape[0]) if bias else None)
+    if reason is None:
+        assert got is None
+    else:
+        assert reason in got
+
+
+def _counts(model):
+    return policy_of(model).counters
+
+
+def test_row_counts_route_as_documented(llama):
+    install_rvv_policy(llama, RvvPolicyConfig(regional_compile=False, small_batch=False))
+    o_proj = llama.model.layers[0].self_attn.o_proj
+    with torch.no_grad():
+        for rows in (1, 3, 16, 20, 129):
+            o_proj(torch.randn(rows, 1024, dtype=torch.bfloat16))
+    c = _counts(llama)
+    assert c[("o_proj", "packed_eager", "1")] == 1
+    assert c[("o_proj", "row_major_gate", "none")] == 2  # 3 (small batch off) and 129
+    assert c[("o_proj", "packed_eager", "16")] == 1
+    assert c[("o_proj", "packed_eager", "32")] == 1
+    assert c[("o_proj", "row_major_gate", "2")] == 0
+    assert sum(v for (p, r, _), v in c.items() if p == "o_proj" and r == "row_major_gate") == 2
+
+
+def test_grad_mode_falls_back_to_row_major(llama):
+    install_rvv_policy(llama, RvvPolicyConfig(regional_compile=False))
+    x = torch.randn(1, 1024, dtype=torch.bfloat16, requires_grad=True)
+    out = llama.model.layers[0].self_attn.o_proj(x)
+    out.float().sum().backward()  # row-major F.linear keeps autograd working
+    assert x.grad is not None
+    assert _counts(llama)[("o_proj", "row_major_gate", "1")] == 1
+
+
+def test_compiled_callables_are_bounded_and_reused(llama):
+    install_rvv_policy(llama, RvvPolicyConfig())
+    before = set(routing.compiled_keys())
+    with torch.no_grad():
+        for seq in (5, 6, 7, 8):  # prefill rows 5..8 share bucket 8
+            llama(torch.randint(0, 2050, (1, seq)))
+        llama(torch.randint(0, 2050, (1, 1)))
+    new = set(routing.compiled_keys()) - before
+    ours = {k for k in routing.compiled_keys() if k.in_features in (1024, 2080)}
+    assert {k.rows for k in ours} <= {1, 8}
+    assert {(k.projection, k.rows) for k in ours} == {
+        (p, r) for p in routing.PROJECTIONS for r in (1, 8)
+    }
+    assert all(k.mode == routing.EXPLICIT_PACKED for k in ours)
+    assert len(new) <= len(routing.PROJECTIONS) * 2
+    c = _counts(llama)
+    # 2 layers x (q, o) + lm_head per forward, all through compiled code
+    assert c[("qkv_proj", "packed_compiled", "8")] == 4 * 2
+    assert c[("lm_head", "packed_compiled", "8")] == 4
+    assert c[("lm_head", "packed_compiled", "1")] == 1
+
+
+def test_regional_compile_without_packing_compiles_row_major(llama):
+    report = install_rvv_policy(llama, RvvPolicyConfig(packed_weight_mode="off"))
+    assert report.packed == [] and report.packed_bytes == 0
+    with torch.no_grad():
+        llama(torch.randint(0, 2050, (1, 1)))
+    c = _counts(llama)
+    assert c[("o_proj", "row_major_compiled", "1")] == 2
+    key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "o_proj", 1, 1024, 1024, routing.ROW_MAJOR)
+    assert key in routing.compiled_keys()
