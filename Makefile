@@ -26,6 +26,7 @@ $(VENV)/.installed: requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --no-deps --require-hashes -r requirements/lock.txt
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m sglang_rvv_boot
 	touch $@
 
 check: venv
