@@ -8,13 +8,17 @@ PY := $(VENV)/bin/python
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.cache/inductor
 PYTEST := $(PY) -m pytest
 
-.PHONY: help venv check test lint bench clean
+TINY_MODEL := .cache/models/tiny-llama
+PORT ?= 30000
+
+.PHONY: help venv check test lint bench serve clean
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
 	@echo "make check  - fast policy tests (tests/unit)"
 	@echo "make test   - the whole suite"
 	@echo "make lint   - ruff"
+	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
 	@echo "make bench  - Linear microbenchmark (prints a table)"
 
 venv: $(VENV)/.installed
@@ -37,6 +41,12 @@ test: venv lint
 
 lint: venv
 	$(PY) -m ruff check app tests
+
+$(TINY_MODEL)/config.json: | venv
+	$(PY) -m sglang_rvv.checkpoint $(TINY_MODEL) --arch llama --seed 0 > /dev/null
+
+serve: venv $(TINY_MODEL)/config.json
+	$(PY) -m sglang_rvv.server $(TINY_MODEL) --port $(PORT) --enable-cpu-rvv-inductor
 
 bench: venv
 	$(PY) -m sglang_rvv.bench linear

@@ -40,11 +40,19 @@ class Adapter:
     detect: Callable[[torch.nn.Module], bool]
     attach: Callable[[torch.nn.Module, ModuleRoute], None]
     lm_head_tied: Callable[[torch.nn.Module], bool]
+    # Why a module must be left exactly as the framework built it (not even routed).
+    module_gate: Callable[[torch.nn.Module], str | None] = lambda module: None
 
     def projections(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module, str]]:
-        for name, module in model.named_modules():
+        # Duplicates kept: a tied SGLang lm_head *is* model.embed_tokens, and it
+        # is only a projection under its second name.
+        seen: set[int] = set()
+        for name, module in model.named_modules(remove_duplicate=False):
             kind = "lm_head" if name == "lm_head" else self.kinds.get(name.rpartition(".")[2])
-            if kind is not None and isinstance(getattr(module, "weight", None), torch.Tensor):
+            if kind is None or id(module) in seen:
+                continue
+            if isinstance(getattr(module, "weight", None), torch.Tensor):
+                seen.add(id(module))
                 yield name, module, kind
 
     def validate_tied_lm_head(self, model: torch.nn.Module) -> bool:
@@ -112,10 +120,17 @@ def _detect_sglang(model: torch.nn.Module) -> bool:
     return cls.__module__ in {f"sglang.srt.models.{a}" for a in _ARCHS} and cls.__name__ in _SGLANG_CLASSES
 
 
+# sglang_rvv.srt.methods needs SGLang: imported only once an SGLang model is adapted.
 def _attach_sglang(module: torch.nn.Module, route: ModuleRoute) -> None:
-    from .srt.methods import attach  # needs SGLang; imported only for SGLang models
+    from .srt.methods import attach
 
     attach(module, route)
+
+
+def _sglang_module_gate(module: torch.nn.Module) -> str | None:
+    from .srt.methods import sglang_gate
+
+    return sglang_gate(module)
 
 
 def _sglang_tied(model: torch.nn.Module) -> bool:
@@ -124,7 +139,7 @@ def _sglang_tied(model: torch.nn.Module) -> bool:
 
 SGLANG_ADAPTER = Adapter(
     name="sglang", kinds=_SGLANG_KINDS, detect=_detect_sglang, attach=_attach_sglang,
-    lm_head_tied=_sglang_tied,
+    lm_head_tied=_sglang_tied, module_gate=_sglang_module_gate,
 )
 
 ADAPTERS = (SGLANG_ADAPTER, HF_ADAPTER)

@@ -74,3 +74,21 @@ def write_tiny_checkpoint(out_dir: Path, arch: str = "llama", seed: int = 0, **o
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return hashes
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m sglang_rvv.checkpoint", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--arch", choices=sorted(tiny.ARCHS), default="llama")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    hashes = write_tiny_checkpoint(args.out_dir, args.arch, args.seed)
+    print(json.dumps({"path": str(args.out_dir), "arch": args.arch, "seed": args.seed, "sha256": hashes}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

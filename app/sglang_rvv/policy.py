@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import weakref
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -49,11 +50,13 @@ class PolicyReport:
         if self.adapter is None:
             return f"sglang_rvv: model left row-major ({self.reason})"
         budget_text = "none" if self.budget_bytes is None else f"{self.budget_bytes / MIB:.0f} MiB"
+        reasons = Counter(reason.split(" past the cut")[0] for reason in self.skipped.values())
+        skipped = "; ".join(f"{count}x {reason}" for reason, count in sorted(reasons.items()))
         return (
             f"sglang_rvv: adapter={self.adapter} provider={self.provider} "
-            f"packed={len(self.packed)} skipped={len(self.skipped)} "
-            f"packed_bytes={self.packed_bytes / MIB:.1f} MiB budget={budget_text} "
-            f"({self.budget_source})"
+            f"packed={len(self.packed)} ({self.packed_bytes / MIB:.1f} MiB) "
+            f"skipped={len(self.skipped)}{f' ({skipped})' if skipped else ''} "
+            f"budget={budget_text} ({self.budget_source})"
         )
 
 
@@ -90,8 +93,12 @@ class RvvPolicy:
         config = self.config
         budget_bytes, budget_source = self._budget(sum(_buffer_bytes(m) for _, m, _ in entries))
 
-        plan: list[tuple[str, torch.nn.Module, routing.ModuleRoute, str | None]] = []
+        plan: list[tuple[str, torch.nn.Module, routing.ModuleRoute | None, str | None]] = []
         for name, module, kind in entries:
+            reason = self.adapter.module_gate(module)
+            if reason is not None:  # left exactly as the framework built it
+                plan.append((name, module, None, reason))
+                continue
             route = module.__dict__.get(ROUTE_ATTR)
             if route is None or route.policy is not self:
                 route = routing.ModuleRoute(self, kind)
@@ -191,9 +198,7 @@ def install_rvv_policy(model: torch.nn.Module, config: RvvPolicyConfig | None = 
         model.__dict__[POLICY_ATTR] = policy
         model.register_load_state_dict_post_hook(_invalidate_after_load)
     policy.config = config
-    report = policy.reconcile()
-    log.info(report.summary())
-    return report
+    return policy.reconcile()
 
 
 def policy_of(model: torch.nn.Module) -> RvvPolicy | None:

@@ -16,6 +16,8 @@ ARCHS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", False),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", True),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", True),
+    # No adapter knows Mistral: the "unknown architecture" case, served row-major.
+    "mistral": ("MistralConfig", "MistralForCausalLM", False),
 }
 
 TINY_SHAPE = dict(

@@ -1,0 +1,99 @@
+"""The command-line flags, added to SGLang's own parser, and what they resolve to.
+
+``--enable-cpu-rvv-inductor`` is the umbrella: regional compile, explicit packed
+BF16 weights and the M=2..15 buckets, with the full CPU graph left off. Every
+sub-flag given explicitly overrides the umbrella's value for that setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ..config import PACKED_WEIGHT_MODES, RvvPolicyConfig
+
+COMPILE_MODES = ("off", "regional")
+UMBRELLA = "--enable-cpu-rvv-inductor"
+# The umbrella's tested values.
+UMBRELLA_VALUES = dict(cpu_compile_mode="regional", cpu_rvv_packed_weight_mode="explicit", cpu_rvv_small_batch=True)
+REPORT_NAME = "sglang_rvv_report.json"
+
+
+def _non_negative_mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 (MiB of packed weights)")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sglang-rvv (RISC-V Vector BF16 Linear policy)")
+    group.add_argument(UMBRELLA, action="store_true", default=False,
+                       help="Turn on the RVV CPU policy: regional compile, explicit packed BF16 "
+                            "weights and M=2..15 buckets. Needs --device cpu.")
+    group.add_argument("--cpu-compile-mode", choices=COMPILE_MODES, default=None,
+                       help="Compile one callable per projection shape key (regional) or none. "
+                            "Default: regional with the umbrella flag, else off.")
+    group.add_argument("--cpu-rvv-packed-weight-mode", choices=PACKED_WEIGHT_MODES, default=None,
+                       help="Give eligible projections a module-owned packed [N/32, K, 32] copy. "
+                            "Default: explicit with the umbrella flag, else off.")
+    group.add_argument("--cpu-rvv-small-batch", action=argparse.BooleanOptionalAction, default=None,
+                       help="Route M=2..15 through the 2/4/8/16 buckets (pad, then slice). "
+                            "Default: on with the umbrella flag, else off.")
+    group.add_argument("--cpu-rvv-memory-budget-mib", type=_non_negative_mib, default=None, metavar="N",
+                       help="Cap packed weights at N MiB; projections past it stay row-major. "
+                            "Default: available memory (cgroup limits included) minus a reserve.")
+    group.add_argument("--cpu-rvv-report-path", default=None, metavar="PATH",
+                       help=f"Where to write the JSON policy report. Default: {REPORT_NAME} in the "
+                            "Inductor cache directory (TORCHINDUCTOR_CACHE_DIR).")
+
+
+@dataclass(frozen=True)
+class RvvSettings:
+    """What the flags resolved to; travels to the scheduler processes on ServerArgs."""
+
+    compile_mode: str
+    packed_weight_mode: str
+    small_batch: bool
+    memory_budget_mib: float | None
+    report_path: str | None
+    enabled_by: str  # the flag that turned the policy on, for messages
+
+    @property
+    def active(self) -> bool:
+        return self.compile_mode == "regional" or self.packed_weight_mode == "explicit"
+
+    def policy_config(self) -> RvvPolicyConfig:
+        return RvvPolicyConfig(
+            packed_weight_mode=self.packed_weight_mode,
+            small_batch=self.small_batch,
+            regional_compile=self.compile_mode == "regional",
+            memory_budget_mib=self.memory_budget_mib,
+        )
+
+
+def resolve(args: argparse.Namespace) -> RvvSettings:
+    """Turn parsed arguments into settings; raises ValueError naming the flag on a bad combination."""
+    umbrella = bool(getattr(args, "enable_cpu_rvv_inductor", False))
+    values = {}
+    for name, umbrella_value in UMBRELLA_VALUES.items():
+        given = getattr(args, name, None)
+        values[name] = given if given is not None else (umbrella_value if umbrella else None)
+    settings = RvvSettings(
+        compile_mode=values["cpu_compile_mode"] or "off",
+        packed_weight_mode=values["cpu_rvv_packed_weight_mode"] or "off",
+        small_batch=bool(values["cpu_rvv_small_batch"]),
+        memory_budget_mib=getattr(args, "cpu_rvv_memory_budget_mib", None),
+        report_path=getattr(args, "cpu_rvv_report_path", None),
+        enabled_by=UMBRELLA if umbrella else (
+            "--cpu-rvv-packed-weight-mode" if values["cpu_rvv_packed_weight_mode"] == "explicit"
+            else "--cpu-compile-mode"),
+    )
+    device = getattr(args, "device", None)
+    if settings.active and device not in (None, "cpu"):
+        raise ValueError(f"argument {settings.enabled_by}: the RVV policy runs on --device cpu, got "
+                         f"--device {device}; drop the flag or serve on the CPU")
+    return settings

@@ -1,0 +1,48 @@
+"""Quant methods that route SGLang's projections through the policy.
+
+Linear layers get a subclass of ``UnquantizedLinearMethod`` and lm_head a
+subclass of ``UnquantizedEmbeddingMethod``, so SGLang's isinstance checks keep
+holding. The lm_head method is not one of the names ``LogitsProcessor``
+treats as "plain" (it matches them by class name), so the logits matmul calls
+its ``apply``; ``embedding()`` is inherited, so a tied embedding lookup keeps
+using the original weight.
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, UnquantizedLinearMethod
+
+from ..adapters import ROUTE_ATTR
+from ..routing import ModuleRoute
+
+_PLAIN_METHODS = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
+
+
+class RvvLinearMethod(UnquantizedLinearMethod):
+    def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return layer.__dict__[ROUTE_ATTR](layer, x, layer.weight, bias)
+
+
+class RvvLmHeadMethod(UnquantizedEmbeddingMethod):
+    def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return layer.__dict__[ROUTE_ATTR](layer, x, layer.weight, bias)
+
+
+def sglang_gate(module: torch.nn.Module) -> str | None:
+    """Why an SGLang projection module must stay as SGLang built it."""
+    tp_size = getattr(module, "tp_size", 1)
+    if tp_size != 1:
+        return f"gate: tensor parallel size {tp_size} (the policy packs unsharded weights only)"
+    method = getattr(module, "quant_method", None)
+    if not isinstance(method, _PLAIN_METHODS):
+        return f"gate: quantized ({type(method).__name__})"
+    return None
+
+
+def attach(module: torch.nn.Module, route: ModuleRoute) -> None:
+    module.__dict__[ROUTE_ATTR] = route
+    method = module.quant_method
+    if isinstance(method, (RvvLinearMethod, RvvLmHeadMethod)):
+        return
+    module.quant_method = RvvLinearMethod() if isinstance(method, UnquantizedLinearMethod) else RvvLmHeadMethod()

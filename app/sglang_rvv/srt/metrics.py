@@ -1,0 +1,38 @@
+"""Prometheus metrics for ``--enable-metrics``, through SGLang's multiprocess setup.
+
+SGLang points ``PROMETHEUS_MULTIPROC_DIR`` at a shared directory before it
+starts the scheduler processes, and its ``/metrics`` endpoint aggregates every
+process's files; metrics created here in a scheduler land there. The routing
+hot path only bumps an in-process Counter; :meth:`flush` copies the deltas into
+Prometheus once per forward batch.
+"""
+
+from __future__ import annotations
+
+from ..policy import RvvPolicy
+
+CALLS = "sglang_rvv_linear_calls"  # exposed as sglang_rvv_linear_calls_total
+PACKED_BYTES = "sglang_rvv_packed_bytes"
+
+
+class MetricsExporter:
+    def __init__(self, policy: RvvPolicy):
+        from prometheus_client import Counter, Gauge  # after SGLang set the multiprocess dir
+
+        self._policy = policy
+        self._calls = Counter(CALLS, "Linear calls seen by the sglang-rvv policy, by route",
+                              labelnames=["projection", "route", "bucket"])
+        self._packed = Gauge(PACKED_BYTES, "Bytes of module-owned packed weights", multiprocess_mode="livesum")
+        self._sent: dict[tuple[str, str, str], int] = {}
+        self.update_packed_bytes()
+
+    def update_packed_bytes(self) -> None:
+        self._packed.set(self._policy.packed_bytes())
+
+    def flush(self) -> None:
+        for key, count in self._policy.counters.items():
+            delta = count - self._sent.get(key, 0)
+            if delta:
+                projection, route, bucket = key
+                self._calls.labels(projection=projection, route=route, bucket=bucket).inc(delta)
+                self._sent[key] = count

@@ -1,0 +1,136 @@
+"""The SGLang plugin: registered through the ``sglang.srt.plugins`` entry point.
+
+Hooks (SGLang's HookRegistry):
+
+* AROUND ``ServerArgs.add_cli_args``: add the flags to SGLang's own parser.
+* AROUND ``ServerArgs.from_cli_args``: resolve them. ``from_cli_args`` keeps
+  only dataclass fields, so the settings ride on the ServerArgs object as an
+  attribute, which survives the pickling into each scheduler process.
+* AFTER ``ModelRunner.load_model``: in each scheduler process, after weights
+  are loaded and post-processed, install the policy, log one line, write the
+  report and set up metrics.
+* AFTER ``ModelRunner.forward``: flush counters into Prometheus.
+* AFTER ``<Model>.load_weights``: every weight update (from disk, tensors,
+  distributed) copies into the existing storage, which no pointer check can
+  see; free and rebuild the packed buffers after each one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+from . import flags
+
+log = logging.getLogger("sglang_rvv")
+SETTINGS_ATTR = "_sglang_rvv_settings"
+EXPORTER_ATTR = "_sglang_rvv_metrics"
+MODEL_CLASSES = (
+    "sglang.srt.models.llama.LlamaForCausalLM",
+    "sglang.srt.models.qwen2.Qwen2ForCausalLM",
+    "sglang.srt.models.qwen3.Qwen3ForCausalLM",
+)
+_parsers: list[argparse.ArgumentParser] = []  # the parser our flags went into, for errors
+
+
+def _add_cli_args(original, parser, *args, **kwargs):
+    result = original(parser, *args, **kwargs)
+    flags.add_arguments(parser)
+    _parsers.append(parser)
+    return result
+
+
+def _from_cli_args(original, cls, args, *rest, **kwargs):
+    server_args = original(cls, args, *rest, **kwargs)
+    try:
+        settings = flags.resolve(args)
+    except ValueError as error:
+        parser = _parsers[-1] if _parsers else argparse.ArgumentParser(prog="sglang serve")
+        parser.error(str(error))  # exits 2 with the usage line, like any argparse error
+    setattr(server_args, SETTINGS_ATTR, settings)
+    return server_args
+
+
+def settings_of(server_args) -> flags.RvvSettings | None:
+    return getattr(server_args, SETTINGS_ATTR, None)
+
+
+def _report_path(settings: flags.RvvSettings, tp_rank: int) -> Path:
+    if settings.report_path:
+        path = Path(settings.report_path)
+    else:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        path = Path(cache_dir()) / flags.REPORT_NAME
+    return path if tp_rank == 0 else path.with_name(f"{path.stem}.rank{tp_rank}{path.suffix}")
+
+
+def _write_report(runner, settings: flags.RvvSettings, report) -> None:
+    import json
+    from dataclasses import asdict
+
+    path = _report_path(settings, getattr(runner, "tp_rank", 0))
+    log.info("sglang_rvv: report at %s", path)
+    payload = dict(asdict(report), settings=asdict(settings), tp_rank=getattr(runner, "tp_rank", 0))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=1))
+        tmp.replace(path)
+    except OSError as error:
+        log.warning("sglang_rvv: could not write the report to %s (%s); pass --cpu-rvv-report-path", path, error)
+
+
+def _after_load_model(result, runner, *args, **kwargs):
+    settings = settings_of(runner.server_args)
+    if settings is None or not settings.active:
+        return result
+    from ..policy import install_rvv_policy, policy_of
+
+    model = runner.model
+    try:
+        report = install_rvv_policy(model, settings.policy_config())
+    except Exception as error:  # serving never fails because of the policy
+        log.warning("sglang_rvv: policy not installed, serving row-major: %s: %s", type(error).__name__, error)
+        return result
+    if report.adapter is not None:  # an unknown architecture was already warned about
+        log.info(report.summary())
+    _write_report(runner, settings, report)
+    policy = policy_of(model)
+    if policy is not None and getattr(runner.server_args, "enable_metrics", False):
+        from .metrics import MetricsExporter
+
+        setattr(runner, EXPORTER_ATTR, MetricsExporter(policy))
+    return result
+
+
+def _after_forward(result, runner, *args, **kwargs):
+    exporter = getattr(runner, EXPORTER_ATTR, None)
+    if exporter is not None:
+        exporter.flush()
+    return result
+
+
+def _after_load_weights(result, model, *args, **kwargs):
+    from ..policy import invalidate_rvv_packed_weights
+
+    report = invalidate_rvv_packed_weights(model)
+    if report is not None:
+        log.info("sglang_rvv: weights updated; packed buffers rebuilt (%s)", report.summary())
+    return result
+
+
+def register() -> None:
+    server_args = "sglang.srt.server_args.ServerArgs"
+    runner = "sglang.srt.model_executor.model_runner.ModelRunner"
+    HookRegistry.register(f"{server_args}.add_cli_args", _add_cli_args, HookType.AROUND)
+    HookRegistry.register(f"{server_args}.from_cli_args", _from_cli_args, HookType.AROUND)
+    HookRegistry.register(f"{runner}.load_model", _after_load_model, HookType.AFTER)
+    HookRegistry.register(f"{runner}.forward", _after_forward, HookType.AFTER)
+    for model_class in MODEL_CLASSES:
+        HookRegistry.register(f"{model_class}.load_weights", _after_load_weights, HookType.AFTER)
+    log.debug("sglang_rvv plugin registered (python %s)", sys.version.split()[0])
