@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest
 TINY_MODEL := .cache/models/tiny-llama
 PORT ?= 30000
 
-.PHONY: help venv check test lint bench serve clean
+.PHONY: help venv check test lint bench bench-serve serve clean
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
@@ -20,6 +20,7 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
 	@echo "make bench  - Linear microbenchmark (prints a table)"
+	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
 
 venv: $(VENV)/.installed
 
@@ -50,6 +51,9 @@ serve: venv $(TINY_MODEL)/config.json
 
 bench: venv
 	$(PY) -m sglang_rvv.bench linear
+
+bench-serve: venv
+	$(PY) -m sglang_rvv.bench one-batch
 
 clean:
 	rm -rf $(VENV) .cache

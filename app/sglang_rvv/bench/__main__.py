@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import linear
+from . import linear, one_batch
 
-SUITES = {"linear": linear}
+SUITES = {"linear": linear, "one-batch": one_batch}
 
 
 def main(argv: list[str] | None = None) -> int:
