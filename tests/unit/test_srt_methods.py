@@ -1,0 +1,48 @@
+"""SGLang quant methods and the module gate, on SGLang's own classes (no server)."""
+
+import torch
+
+from sglang_rvv.srt.methods import RvvLinearMethod, RvvLmHeadMethod, attach, sglang_gate
+
+
+def _module(method, tp_size=1):
+    module = torch.nn.Module()
+    module.quant_method = method
+    module.tp_size = tp_size
+    return module
+
+
+def test_linear_method_keeps_sglang_isinstance_checks():
+    from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
+
+    module = _module(UnquantizedLinearMethod())
+    attach(module, route=object())
+    assert type(module.quant_method) is RvvLinearMethod
+    assert isinstance(module.quant_method, UnquantizedLinearMethod)
+
+
+def test_lm_head_method_is_applied_by_the_logits_processor():
+    from sglang.srt.layers.logits_processor import should_apply_lm_head_quant_method
+    from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod
+
+    module = _module(UnquantizedEmbeddingMethod())
+    module.weight = torch.nn.Parameter(torch.zeros(4, 4), requires_grad=False)
+    assert not should_apply_lm_head_quant_method(module, module.quant_method)
+    attach(module, route=object())
+    assert type(module.quant_method) is RvvLmHeadMethod
+    # LogitsProcessor now calls our apply() for the logits matmul...
+    assert should_apply_lm_head_quant_method(module, module.quant_method)
+    # ...while the embedding lookup is UnquantizedEmbeddingMethod's own, on the original weight.
+    assert RvvLmHeadMethod.embedding is UnquantizedEmbeddingMethod.embedding
+
+
+def test_gate_leaves_sharded_and_quantized_modules_alone():
+    from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
+
+    assert sglang_gate(_module(UnquantizedLinearMethod())) is None
+    assert "tensor parallel size 2" in sglang_gate(_module(UnquantizedLinearMethod(), tp_size=2))
+
+    class Fp8LinearMethod:
+        pass
+
+    assert sglang_gate(_module(Fp8LinearMethod())) == "gate: quantized (Fp8LinearMethod)"
