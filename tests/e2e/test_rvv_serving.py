@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -154,14 +155,21 @@ def test_unknown_architecture_serves_row_major(tiny_checkpoints, server_logs, tm
     assert json.loads(report_path.read_text())["adapter"] is None
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--cpu-rvv-memory-budget-mib", "-1"], "argument --cpu-rvv-memory-budget-mib: '-1' must be >= 0"),
-    (["--cpu-rvv-packed-weight-mode", "fast"], "argument --cpu-rvv-packed-weight-mode: invalid choice"),
-    (["--enable-cpu-rvv-inductor", "--device", "cuda"], "argument --enable-cpu-rvv-inductor: the RVV policy"),
+LAUNCH_SERVER = [sys.executable, "-m", "sglang.launch_server"]
+SGLANG_SERVE = [str(Path(sys.executable).with_name("sglang")), "serve"]
+
+
+@pytest.mark.parametrize("entrypoint,argv,needle", [
+    (LAUNCH_SERVER, ["--cpu-rvv-memory-budget-mib", "-1"],
+     "argument --cpu-rvv-memory-budget-mib: '-1' must be >= 0"),
+    (LAUNCH_SERVER, ["--cpu-rvv-packed-weight-mode", "fast"],
+     "argument --cpu-rvv-packed-weight-mode: invalid choice"),
+    (SGLANG_SERVE, ["--enable-cpu-rvv-inductor", "--device", "cuda"],
+     "argument --enable-cpu-rvv-inductor: the RVV policy"),
 ])
-def test_bad_flag_values_exit_with_the_message(argv, needle, tiny_checkpoints):
+def test_bad_flag_values_exit_with_the_message(entrypoint, argv, needle, tiny_checkpoints):
     result = subprocess.run(
-        [sys.executable, "-m", "sglang.launch_server", "--model-path", str(tiny_checkpoints["llama"]), *argv],
+        [*entrypoint, "--model-path", str(tiny_checkpoints["llama"]), *argv],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 2
