@@ -8,6 +8,7 @@ row-major ``F.linear``. Each call is counted by (projection, route, bucket).
 
 from __future__ import annotations
 
+import types
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -99,16 +100,24 @@ def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int
 _COMPILED: dict[RegionalShapeKey, Callable] = {}
 
 
+def _own_code(template: Callable, name: str) -> Callable:
+    """A copy of ``template`` with a code object of its own.
+
+    Dynamo keeps one cache, with its recompile limit, per code object. Sharing
+    one across keys would make every call walk all keys' guards, and would hit
+    the limit once enough keys (or grad/inference-mode variants) pile up.
+    """
+    code = template.__code__.replace(co_name=name, co_qualname=name)
+    return types.FunctionType(code, template.__globals__, name, template.__defaults__)
+
+
 def compiled_callable(key: RegionalShapeKey) -> Callable:
     fn = _COMPILED.get(key)
     if fn is None:
         body = _packed_rows if key.mode == EXPLICIT_PACKED else _row_major_rows
-        fn = torch.compile(body, dynamic=False, fullgraph=True)
+        name = f"rvv_{key.projection}_m{key.rows}_{key.out_features}x{key.in_features}_{key.mode}"
+        fn = torch.compile(_own_code(body, name), dynamic=False, fullgraph=True)
         _COMPILED[key] = fn
-        # All keys share one code object, hence one Dynamo cache: let it hold
-        # one entry per key (bounded by projections x buckets x shapes).
-        limit = torch._dynamo.config.recompile_limit
-        torch._dynamo.config.recompile_limit = max(limit, len(_COMPILED) + 1)
     return fn
 
 

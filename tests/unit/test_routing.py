@@ -107,3 +107,19 @@ def test_regional_compile_without_packing_compiles_row_major(llama):
     assert c[("o_proj", "row_major_compiled", "1")] == 2
     key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "o_proj", 1, 1024, 1024, routing.ROW_MAJOR)
     assert key in routing.compiled_keys()
+
+
+def test_many_keys_and_grad_modes_never_hit_the_recompile_limit():
+    """Each key owns its Dynamo cache: more keys than the per-code-object limit (8) all compile."""
+    from sglang_rvv import ops
+
+    weight = torch.randn(64, 64, dtype=torch.bfloat16)
+    packed = ops.pack_bf16_weight(weight)
+    for rows in range(1, torch._dynamo.config.recompile_limit + 2):
+        key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "test_proj", rows, 64, 64, routing.EXPLICIT_PACKED)
+        fn = routing.compiled_callable(key)
+        x = torch.randn(rows, 64, dtype=torch.bfloat16)
+        with torch.inference_mode():
+            first = fn(x, packed, 64)
+        second = fn(x, packed, 64)  # outside inference mode: another guard variant of the same key
+        assert torch.equal(first, second)
