@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Build the runtime image for one arch from the local base image, offline.
+#
+#   images/scripts/build-runtime.sh [--force] [ARCH]      (ARCH defaults to the host's)
+#
+# 1. checks images/lock.toml against the repo and the base image's labels against the lock;
+# 2. stages a build context (requirements, app sources, the arch's pins, this folder's files)
+#    and digests it with the base image id: an image labelled with that digest is kept
+#    (unless --force);
+# 3. downloads the locked wheels into BUILD_DIR/wheelhouse-ARCH on the host (pip,
+#    hash-checked; files already there are reused) and links them into the context;
+# 4. podman build --network=none; the image checks itself against the pins while building;
+# 5. tags the result (version and arch tags) only when it is complete.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+
+ARCH=""
+FORCE=0
+TMP_REF=""
+
+parse_args() { parse_build_args '2,14' "$@"; }
+
+check_supported() {
+  [[ $(lock "arch.${ARCH}.torch.source") == wheel ]] \
+    || die "runtime ${ARCH}: torch source '$(lock "arch.${ARCH}.torch.source")' (arch.${ARCH}.torch) needs a ${ARCH} wheelhouse of the locked stack, which is not built yet"
+  [[ ${ARCH} == "$(host_arch)" ]] \
+    || die "runtime ${ARCH}: the wheelhouse is downloaded for the host ($(host_arch)); cross-arch wheelhouses are not supported yet"
+}
+
+check_base() {
+  local base="$1" want have
+  image_exists "${base}" || die "base image ${base} not found: run images/scripts/build-base.sh ${ARCH}"
+  want=$(python3 "${LOCK_PY}" base-inputs "${ARCH}")
+  have=$(image_label "${base}" "${LABEL_PREFIX}.base-inputs")
+  [[ ${have} == "${want}" ]] \
+    || die "base image ${base} was built from other inputs (label ${LABEL_PREFIX}.base-inputs=${have:-none}, lock gives ${want}): run images/scripts/build-base.sh ${ARCH}"
+}
+
+fill_wheelhouse() {
+  local wheelhouse="$1" requirements="$2"
+  mkdir -p "${wheelhouse}"
+  log "wheelhouse ${wheelhouse}: pip download (hash-checked)"
+  # (pip's config may name local indexes that lack some packages: drop those warnings)
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
+    --only-binary=:all: --dest "${wheelhouse}" -r "${requirements}" \
+    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2) \
+    || die "pip download of ${requirements} failed (see above): the wheelhouse lacks a locked wheel"
+}
+
+# Everything but the wheels (which requirements.txt pins by hash).
+stage_context() {
+  local ctx="$1"
+  rm -rf "${ctx}"
+  mkdir -p "${ctx}/src"
+  python3 "${LOCK_PY}" runtime-requirements "${ctx}/requirements.txt"
+  python3 "${LOCK_PY}" export "${ARCH}" >"${ctx}/lock.json"
+  tar -C "${REPO_DIR}" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml README.md app \
+    | tar -C "${ctx}/src" -xf -
+  cp "${IMAGES_DIR}"/runtime/{Containerfile,entrypoint.sh,healthcheck.py,check-runtime.py} "${ctx}/"
+}
+
+context_digest() {
+  local ctx="$1" base="$2"
+  {
+    podman image inspect --format '{{.Id}}' "${base}"
+    (cd "${ctx}" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+  } | sha256sum | cut -c1-64
+}
+
+link_wheels() {
+  local ctx="$1" wheelhouse="$2"
+  cp -al "${wheelhouse}" "${ctx}/wheels" 2>/dev/null || cp -a "${wheelhouse}" "${ctx}/wheels"
+}
+
+build_image() {
+  local ctx="$1" base="$2" digest="$3" labels
+  mapfile -t labels < <(python3 "${LOCK_PY}" labels "${ARCH}" runtime)
+  podman build \
+    --pull=never --network=none --layers=false --arch "${ARCH}" --format docker \
+    --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
+    --build-arg "BASE_IMAGE=${base}" \
+    --build-arg "SOURCE_DATE_EPOCH=$(lock base.source_date_epoch)" \
+    --build-arg "CONTEXT_DIGEST=${digest}" \
+    --build-arg "INDUCTOR_CACHE_KEY=$(lock "arch.${ARCH}.inductor_cache_key")" \
+    "${labels[@]}" \
+    --label "${LABEL_PREFIX}.context-digest=${digest}" \
+    --label "org.opencontainers.image.revision=$(git -C "${REPO_DIR}" rev-parse HEAD 2>/dev/null || echo unknown)" \
+    --tag "${TMP_REF}" \
+    --file "${ctx}/Containerfile" "${ctx}"
+}
+
+cleanup() {
+  [[ -n ${TMP_REF} ]] && podman rmi --ignore "${TMP_REF}" >/dev/null 2>&1
+  return 0
+}
+
+main() {
+  parse_args "$@"
+  need_root
+  need_cmd podman python3
+  python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
+  check_supported
+  local base image ctx wheelhouse digest
+  base=$(image_name base "${ARCH}")
+  image=$(image_name runtime "${ARCH}")
+  check_base "${base}"
+  timer_start
+  ctx="${BUILD_DIR}/runtime-context-${ARCH}"
+  stage_context "${ctx}"
+  digest=$(context_digest "${ctx}" "${base}")
+  if ((!FORCE)) && image_exists "${image}" \
+    && [[ $(image_label "${image}" "${LABEL_PREFIX}.context-digest") == "${digest}" ]]; then
+    rm -rf "${ctx}"
+    log "${image} is up to date (context-digest ${digest:0:12})"
+    return
+  fi
+  wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"
+  fill_wheelhouse "${wheelhouse}" "${ctx}/requirements.txt"
+  timer_report "wheelhouse"
+  link_wheels "${ctx}" "${wheelhouse}"
+  TMP_REF="${image}-tmp-$$"
+  trap cleanup EXIT
+  build_image "${ctx}" "${base}" "${digest}"
+  promote_image "${TMP_REF}" "${image}" "localhost/sglang-rvv-runtime:${ARCH}"
+  TMP_REF=""
+  rm -rf "${ctx}"
+  timer_report "runtime ${ARCH}"
+  log "${image} (also localhost/sglang-rvv-runtime:${ARCH}): $(podman image inspect --format '{{.Size}}' "${image}" | numfmt --to=iec)"
+}
+
+main "$@"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Bring the compose/compose.yaml service up (and wait until it is healthy) or down.
+#
+#   images/scripts/compose.sh up [ARCH]     start, wait for the healthcheck, print a curl line
+#   images/scripts/compose.sh down          stop and remove (the Inductor cache volume stays)
+#
+# Environment: PODMAN_COMPOSE (podman-compose), SGLANG_RVV_PORT (30000), SGLANG_RVV_MODEL
+# (models.default of images/lock.toml), SGLANG_RVV_UP_TIMEOUT (600 s); the rest of
+# compose.yaml's variables pass through.
+# The health status is driven by `podman healthcheck run` (the compose healthcheck, run
+# inside the container): podman 4.3 schedules healthchecks with systemd timers, and
+# without systemd nothing would ever run them.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+
+COMPOSE_FILE="${REPO_DIR}/compose/compose.yaml"
+PROJECT=sglang-rvv
+SERVICE=sglang
+
+# podman-compose, minus podman's "unable to get systemd connection" healthcheck-timer
+# noise. Filtered through a file, not a pipe: conmon outlives the command and would
+# hold a pipe open (and whoever reads it) forever.
+compose() {
+  local err rc=0
+  err=$(mktemp)
+  "${PODMAN_COMPOSE:-podman-compose}" -f "${COMPOSE_FILE}" "$@" 2>"${err}" || rc=$?
+  grep -v 'unable to get systemd connection' "${err}" >&2 || true
+  rm -f "${err}"
+  return "${rc}"
+}
+
+container_id() {
+  podman ps -a --filter "label=io.podman.compose.project=${PROJECT}" \
+    --filter "label=com.docker.compose.service=${SERVICE}" --format '{{.ID}}' | head -n 1
+}
+
+container_state() { podman inspect --format '{{.State.Status}}' "$1" 2>/dev/null || echo gone; }
+
+wait_healthy() {
+  local id="$1" timeout="$2" began=${SECONDS}
+  while ! podman healthcheck run "${id}" >/dev/null 2>&1; do
+    if [[ $(container_state "${id}") != running ]]; then
+      podman logs --tail 40 "${id}" >&2 || true
+      die "container ${id} is $(container_state "${id}") before becoming healthy (logs above)"
+    fi
+    ((SECONDS - began < timeout)) || die "container ${id} not healthy after ${timeout} s (podman logs ${id})"
+    sleep 3
+  done
+  log "healthy after $((SECONDS - began)) s"
+}
+
+up() {
+  local arch="${1:-$(host_arch)}" id port
+  port="${SGLANG_RVV_PORT:-30000}"
+  export SGLANG_RVV_IMAGE="${SGLANG_RVV_IMAGE:-localhost/sglang-rvv-runtime:${arch}}"
+  export SGLANG_RVV_MODEL="${SGLANG_RVV_MODEL:-$(lock models.default)}"
+  export SGLANG_RVV_MODELS_DIR="${SGLANG_RVV_MODELS_DIR:-${BUILD_DIR}/models}"
+  image_exists "${SGLANG_RVV_IMAGE}" || die "image ${SGLANG_RVV_IMAGE} not found: build it first (images/images.mk: image)"
+  [[ -d ${SGLANG_RVV_MODELS_DIR}/${SGLANG_RVV_MODEL} ]] \
+    || die "model ${SGLANG_RVV_MODELS_DIR}/${SGLANG_RVV_MODEL} not found: run images/scripts/model.sh ${SGLANG_RVV_MODEL}"
+  compose up -d
+  id=$(container_id)
+  [[ -n ${id} ]] || die "podman-compose started no ${SERVICE} container"
+  wait_healthy "${id}" "${SGLANG_RVV_UP_TIMEOUT:-600}"
+  cat <<MSG
+serving ${SGLANG_RVV_MODEL} from ${SGLANG_RVV_IMAGE} on ${SGLANG_RVV_BIND:-127.0.0.1}:${port}
+  curl http://127.0.0.1:${port}/v1/completions -H 'Content-Type: application/json' \\
+    -d '{"prompt": "Hello", "max_tokens": 16, "temperature": 0}'
+MSG
+}
+
+down() { compose down; }
+
+main() {
+  need_cmd podman "${PODMAN_COMPOSE:-podman-compose}"
+  case "${1:-}" in
+    up) shift; up "$@" ;;
+    down) down ;;
+    *) die "usage: compose.sh up [ARCH] | down" ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,114 @@
+# Shared helpers for images/scripts/*.sh; sourced, never executed.
+# shellcheck shell=bash
+
+IMAGES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_DIR="$(cd "${IMAGES_DIR}/.." && pwd)"
+LOCK_PY="${IMAGES_DIR}/scripts/lock.py"
+PROG="$(basename "$0")"
+
+log() { printf '%s: %s\n' "${PROG}" "$*" >&2; }
+die() { printf '%s: error: %s\n' "${PROG}" "$*" >&2; exit 1; }
+
+need_cmd() {
+  local cmd
+  for cmd in "$@"; do
+    command -v "${cmd}" >/dev/null 2>&1 || die "missing command '${cmd}' (run images/scripts/podman-setup.sh)"
+  done
+}
+
+need_root() {
+  [[ ${EUID} -eq 0 ]] || die "must run as root (rootful podman, mmdebstrap)"
+}
+
+# lock KEY... : print values from images/lock.toml (see lock.py get --help)
+lock() { python3 "${LOCK_PY}" get "$@"; }
+
+host_arch() {
+  case "$(uname -m)" in
+    x86_64) echo amd64 ;;
+    riscv64) echo riscv64 ;;
+    aarch64) echo arm64 ;;
+    *) die "unsupported host machine $(uname -m)" ;;
+  esac
+}
+
+image_exists() { podman image exists "$1"; }
+
+# promote_image SRC DEST...: tag SRC as every DEST, then drop the temporary SRC name
+# (atomic from the reader's side: a DEST names either the old image or the complete
+# new one). Images the DESTs named before are removed once nothing names them.
+promote_image() {
+  local src="$1" dest old=() id
+  shift
+  for dest in "$@"; do
+    old+=("$(podman image inspect --format '{{.Id}}' "${dest}" 2>/dev/null || true)")
+  done
+  for dest in "$@"; do
+    podman tag "${src}" "${dest}"
+  done
+  podman untag "${src}" "${src}" >/dev/null 2>&1 || true
+  for id in "${old[@]}"; do
+    [[ -n ${id} ]] || continue
+    [[ -z $(podman image inspect --format '{{join .RepoTags ""}}' "${id}" 2>/dev/null) ]] || continue
+    podman rmi "${id}" >/dev/null 2>&1 || true
+  done
+}
+
+timer_start() { TIMER_START=$(date +%s); }
+timer_report() { log "$1 took $(( $(date +%s) - TIMER_START )) s"; }
+
+# Used by the scripts that source this file:
+# shellcheck disable=SC2034
+BUILD_DIR="${SGLANG_RVV_BUILD_DIR:-${REPO_DIR}/.cache/images}"
+# shellcheck disable=SC2034
+LABEL_PREFIX=io.sglang-rvv
+
+# image_name base|runtime ARCH: the local tag of that image for that arch.
+image_name() {
+  case "$1" in
+    base) echo "localhost/sglang-rvv-base:$(lock "arch.$2.debian_suite")-$2" ;;
+    runtime) echo "localhost/sglang-rvv-runtime:$(lock app.version)-$2" ;;
+    *) die "unknown image '$1'" ;;
+  esac
+}
+
+# image_label IMAGE KEY: a label of a local image ('' when unset).
+image_label() {
+  podman image inspect --format "{{index .Labels \"$2\"}}" "$1" 2>/dev/null | sed 's/^<no value>$//'
+}
+
+qemu_arch() {
+  case "$1" in
+    amd64) echo x86_64 ;;
+    arm64) echo aarch64 ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# Foreign-arch builds run that arch's binaries through qemu-user via binfmt_misc.
+need_emulation() {
+  local arch="$1" entry
+  [[ ${arch} == "$(host_arch)" ]] && return 0
+  entry="/proc/sys/fs/binfmt_misc/qemu-$(qemu_arch "${arch}")"
+  if ! { [[ -r ${entry} ]] && grep -q '^enabled' "${entry}"; }; then
+    die "building for ${arch} on $(host_arch) needs ${entry} enabled (run images/scripts/podman-setup.sh)"
+  fi
+}
+
+# Parse a build script's "[--force] [ARCH]" into FORCE and ARCH; $1 is the sed line
+# range of the script's header comment, printed for --help.
+parse_build_args() {
+  local help_lines="$1"
+  shift
+  while (($#)); do
+    # shellcheck disable=SC2034  # FORCE is read by the calling build script
+    case "$1" in
+      --force) FORCE=1 ;;
+      -h|--help) sed -n "${help_lines}s/^# \{0,1\}//p" "$0"; exit 0 ;;
+      -*) die "unknown option '$1'" ;;
+      *) ARCH="$1" ;;
+    esac
+    shift
+  done
+  ARCH="${ARCH:-$(host_arch)}"
+}

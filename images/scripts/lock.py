@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""Read and check images/lock.toml, the pins of every sglang-rvv image input.
+
+Standard library only (tomllib: Python >= 3.11), so it runs on the host before
+any venv exists. Commands::
+
+    lock.py check                     lock.toml is complete and agrees with the repo
+    lock.py get KEY [KEY...]          a value by dotted path (lists: one item a line)
+    lock.py arches                    the arches the lock pins
+    lock.py cache-key ARCH            the Inductor cache key computed from the pins
+    lock.py base-inputs ARCH          digest of everything a base image is built from
+    lock.py labels ARCH IMAGE         `--label=k=v` lines for podman build
+    lock.py export ARCH               the arch's pins as JSON (copied into images)
+    lock.py runtime-requirements OUT  requirements/lock.txt minus python.runtime_exclude
+    lock.py verify-model NAME DIR     every file of DIR against models.NAME.sha256
+
+Every failure is one line per problem on stderr that names the input, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+IMAGES_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = IMAGES_DIR.parent
+LOCK_PATH = IMAGES_DIR / "lock.toml"
+LABEL_PREFIX = "io.sglang-rvv"
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+REQUIREMENT_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s*\\?$")
+HASH_RE = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+
+
+class LockError(Exception):
+    """One or more inputs do not match the lock; ``problems`` names each."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def load(path: Path = LOCK_PATH) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def get(lock: dict, dotted: str):
+    node = lock
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise LockError([f"{LOCK_PATH.name}: no key '{dotted}' (missing '{part}')"])
+        node = node[part]
+    return node
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def arch_pins(lock: dict, arch: str) -> dict:
+    arches = lock.get("arch", {})
+    if arch not in arches:
+        raise LockError([f"{LOCK_PATH.name}: no [arch.{arch}] (pinned: {', '.join(sorted(arches))})"])
+    return arches[arch]
+
+
+def base_inputs(lock: dict, arch: str) -> dict:
+    pins = arch_pins(lock, arch)
+    return {
+        "arch": arch, **lock["base"],
+        **{k: pins[k] for k in ("debian_suite", "debian_version", "packages")},
+    }
+
+
+def cache_key_inputs(lock: dict, arch: str) -> dict:
+    """What compiled Inductor artifacts depend on besides the graph itself."""
+    pins = arch_pins(lock, arch)
+    return {
+        "arch": arch, "isa": pins["isa"], "debian_suite": pins["debian_suite"], "python": pins["python"],
+        "torch": pins["torch"], "sglang": lock["sglang"]["version"], "app": lock["app"]["version"],
+    }
+
+
+def cache_key(lock: dict, arch: str) -> str:
+    return _digest(cache_key_inputs(lock, arch))[:16]
+
+
+def parse_requirements(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """{normalized name: (version, [sha256...])} of a hash-pinned requirements file."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    current = None
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = REQUIREMENT_RE.match(stripped)
+        if match:
+            current = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+            entries[current] = (match.group(2), [])
+        elif current is not None:
+            entries[current][1].extend(HASH_RE.findall(stripped))
+    return entries
+
+
+def _check_shas(where: str, table: dict, problems: list[str]) -> None:
+    if not table:
+        problems.append(f"{where}: no files pinned")
+    for name, value in table.items():
+        if not SHA256_RE.match(str(value)):
+            problems.append(f"{where}.\"{name}\": not a sha256 ({value!r})")
+
+
+def check(lock: dict) -> list[str]:
+    """Everything wrong with the lock, each naming its key; [] when consistent."""
+    problems: list[str] = []
+    L = LOCK_PATH.name
+    if lock.get("schema") != 1:
+        return [f"{L}: schema must be 1 (got {lock.get('schema')!r})"]
+    for section in ("app", "sglang", "python", "base", "arch", "models"):
+        if section not in lock:
+            problems.append(f"{L}: missing [{section}]")
+    if problems:
+        return problems
+
+    pyproject = tomllib.loads((REPO_DIR / "pyproject.toml").read_text())
+    app_version = pyproject["project"]["version"]
+    if app_version != lock["app"]["version"]:
+        problems.append(f"{L}: app.version {lock['app']['version']} != pyproject.toml version {app_version}")
+
+    req_path = REPO_DIR / lock["python"]["requirements"]
+    actual = sha256_file(req_path)
+    if actual != lock["python"]["requirements_sha256"]:
+        problems.append(f"{L}: python.requirements_sha256 != sha256({req_path.relative_to(REPO_DIR)}) = {actual}")
+    reqs = parse_requirements(req_path)
+    pinned_sglang = reqs.get("sglang", ("nothing",))[0]
+    if pinned_sglang != lock["sglang"]["version"]:
+        problems.append(f"{L}: sglang.version {lock['sglang']['version']} != {lock['python']['requirements']} "
+                        f"sglang=={pinned_sglang}")
+    for name in lock["python"].get("runtime_exclude", []):
+        if re.sub(r"[-_.]+", "-", name).lower() not in reqs:
+            problems.append(f"{L}: python.runtime_exclude names '{name}', which {req_path.name} does not pin")
+
+    for arch, pins in lock["arch"].items():
+        where = f"{L}: arch.{arch}"
+        for key in ("debian_suite", "debian_version", "python", "isa", "packages", "torch", "inductor_cache_key"):
+            if key not in pins:
+                problems.append(f"{where}.{key} missing")
+        if any(key not in pins for key in ("torch", "inductor_cache_key")):
+            continue
+        torch = pins["torch"]
+        if torch.get("source") == "wheel":
+            pinned = reqs.get("torch")
+            if pinned is None or pinned[0] != torch.get("version") or torch.get("sha256") not in pinned[1]:
+                problems.append(f"{where}.torch (version {torch.get('version')}, sha256 {torch.get('sha256')}) != "
+                                f"{lock['python']['requirements']} torch {pinned[0] if pinned else 'not pinned'} "
+                                f"{pinned[1] if pinned else ''}")
+        elif torch.get("source") == "debian":
+            patched = torch.get("patched_wheels")
+            if not isinstance(patched, dict):
+                problems.append(f"{where}.torch.patched_wheels must be a table (may be empty)")
+            elif patched:
+                _check_shas(f"{where}.torch.patched_wheels", patched, problems)
+        else:
+            problems.append(f"{where}.torch.source must be 'wheel' or 'debian' (got {torch.get('source')!r})")
+        expected = cache_key(lock, arch)
+        if pins["inductor_cache_key"] != expected:
+            problems.append(f"{where}.inductor_cache_key is stale: the pins give \"{expected}\" "
+                            f"(was \"{pins['inductor_cache_key']}\")")
+
+    models = lock["models"]
+    default = models.get("default")
+    if default not in models:
+        problems.append(f"{L}: models.default {default!r} has no [models.{default}]")
+    for name, model in models.items():
+        if name == "default":
+            continue
+        where = f"{L}: models.{name}"
+        kind = model.get("kind")
+        if kind == "tiny":
+            for key in ("arch", "seed"):
+                if key not in model:
+                    problems.append(f"{where}.{key} missing")
+        elif kind == "hf":
+            if not re.fullmatch(r"[0-9a-f]{40}", str(model.get("revision", ""))):
+                problems.append(f"{where}.revision must be a 40-hex commit (got {model.get('revision')!r})")
+            if "repo" not in model:
+                problems.append(f"{where}.repo missing")
+        else:
+            problems.append(f"{where}.kind must be 'tiny' or 'hf' (got {kind!r})")
+        _check_shas(f"{where}.sha256", model.get("sha256", {}), problems)
+    return problems
+
+
+def verify_model(lock: dict, name: str, directory: Path) -> list[str]:
+    """Files of ``directory`` against models.NAME.sha256: missing, changed, unexpected."""
+    expected = get(lock, f"models.{name}.sha256")
+    where = f"models.{name}"
+    if not directory.is_dir():
+        return [f"{where}: model directory {directory} does not exist"]
+    actual = {str(p.relative_to(directory)): p for p in sorted(directory.rglob("*")) if p.is_file()}
+    problems = [f"{where}: {file} missing from {directory}" for file in sorted(set(expected) - set(actual))]
+    problems += [f"{where}: {directory}/{file} is not pinned in {LOCK_PATH.name}"
+                 for file in sorted(set(actual) - set(expected))]
+    for file in sorted(set(expected) & set(actual)):
+        digest = sha256_file(actual[file])
+        if digest != expected[file]:
+            problems.append(f"{where}: {directory}/{file} sha256 {digest} != lock {expected[file]}")
+    return problems
+
+
+def export(lock: dict, arch: str) -> dict:
+    pins = arch_pins(lock, arch)
+    return {
+        "arch": arch, "app": lock["app"], "sglang": lock["sglang"],
+        "python": {k: v for k, v in lock["python"].items() if k != "runtime_exclude"},
+        **{k: v for k, v in pins.items() if k != "packages"},
+        "base_inputs": _digest(base_inputs(lock, arch)),
+    }
+
+
+def labels(lock: dict, arch: str, image: str) -> dict[str, str]:
+    pins = arch_pins(lock, arch)
+    values = {
+        "org.opencontainers.image.title": f"{lock['app']['name']}-{image}",
+        "org.opencontainers.image.version": lock["app"]["version"],
+        f"{LABEL_PREFIX}.image": image,
+        f"{LABEL_PREFIX}.arch": arch,
+        f"{LABEL_PREFIX}.debian-suite": pins["debian_suite"],
+        f"{LABEL_PREFIX}.base-inputs": _digest(base_inputs(lock, arch)),
+    }
+    if image != "base":
+        values.update({
+            f"{LABEL_PREFIX}.python": pins["python"],
+            f"{LABEL_PREFIX}.torch": f"{pins['torch']['source']}:{pins['torch']['version']}",
+            f"{LABEL_PREFIX}.sglang": lock["sglang"]["version"],
+            f"{LABEL_PREFIX}.app-version": lock["app"]["version"],
+            f"{LABEL_PREFIX}.requirements-sha256": lock["python"]["requirements_sha256"],
+            f"{LABEL_PREFIX}.inductor-cache-key": pins["inductor_cache_key"],
+        })
+    return values
+
+
+def runtime_requirements(lock: dict, out: Path) -> None:
+    """Copy the requirements file without the excluded packages (each entry keeps its hashes)."""
+    exclude = {re.sub(r"[-_.]+", "-", n).lower() for n in lock["python"].get("runtime_exclude", [])}
+    lines, skipping = [], False
+    for line in (REPO_DIR / lock["python"]["requirements"]).read_text().splitlines():
+        match = REQUIREMENT_RE.match(line.strip())
+        if match:
+            skipping = re.sub(r"[-_.]+", "-", match.group(1)).lower() in exclude
+        elif not line.startswith((" ", "\t")):
+            skipping = False
+        if not skipping:
+            lines.append(line)
+    out.write_text("\n".join(lines) + "\n")
+
+
+def _print(value) -> None:
+    if isinstance(value, list):
+        print("\n".join(str(v) for v in value))
+    elif isinstance(value, dict):
+        print(json.dumps(value, indent=1, sort_keys=True))
+    elif isinstance(value, bool):
+        print(str(value).lower())
+    else:
+        print(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lock.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--lock", type=Path, default=LOCK_PATH)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("check")
+    sub.add_parser("arches")
+    p = sub.add_parser("get")
+    p.add_argument("keys", nargs="+")
+    for name in ("cache-key", "base-inputs", "export"):
+        sub.add_parser(name).add_argument("arch")
+    p = sub.add_parser("labels")
+    p.add_argument("arch")
+    p.add_argument("image")
+    sub.add_parser("runtime-requirements").add_argument("out", type=Path)
+    p = sub.add_parser("verify-model")
+    p.add_argument("name")
+    p.add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+
+    try:
+        lock = load(args.lock)
+        if args.command == "check":
+            problems = check(lock)
+            if problems:
+                raise LockError(problems)
+            print(f"{args.lock.name}: ok ({', '.join(sorted(lock['arch']))})")
+        elif args.command == "arches":
+            _print(sorted(lock["arch"]))
+        elif args.command == "get":
+            for key in args.keys:
+                _print(get(lock, key))
+        elif args.command == "cache-key":
+            print(cache_key(lock, args.arch))
+        elif args.command == "base-inputs":
+            print(_digest(base_inputs(lock, args.arch)))
+        elif args.command == "export":
+            print(json.dumps(export(lock, args.arch), indent=1, sort_keys=True))
+        elif args.command == "labels":
+            for key, value in labels(lock, args.arch, args.image).items():
+                print(f"--label={key}={value}")
+        elif args.command == "runtime-requirements":
+            runtime_requirements(lock, args.out)
+        elif args.command == "verify-model":
+            problems = verify_model(lock, args.name, args.directory)
+            if problems:
+                raise LockError(problems)
+            print(f"models.{args.name}: {args.directory} matches the lock")
+    except LockError as exc:
+        for problem in exc.problems:
+            print(f"lock.py: {problem}", file=sys.stderr)
+        return 1
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        print(f"lock.py: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
