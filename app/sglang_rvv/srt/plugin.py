@@ -73,9 +73,10 @@ def _write_report(runner, settings: flags.RvvSettings, report) -> None:
     import json
     from dataclasses import asdict
 
-    path = _report_path(settings, getattr(runner, "tp_rank", 0))
+    tp_rank = getattr(runner, "tp_rank", 0)
+    path = _report_path(settings, tp_rank)
     log.info("sglang_rvv: report at %s", path)
-    payload = dict(asdict(report), settings=asdict(settings), tp_rank=getattr(runner, "tp_rank", 0))
+    payload = dict(asdict(report), settings=asdict(settings), tp_rank=tp_rank)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
