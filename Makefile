@@ -11,6 +11,9 @@ PYTEST := $(PY) -m pytest
 TINY_MODEL := .cache/models/tiny-llama
 PORT ?= 30000
 
+.DEFAULT_GOAL := help
+include images/images.mk
+
 .PHONY: help venv check test lint bench bench-serve serve clean
 
 help:
@@ -21,6 +24,9 @@ help:
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
 	@echo "make bench  - Linear microbenchmark (prints a table)"
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
+	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
+	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
+	@echo "make lock   - refresh images/lock.toml's derived pins (versions, digests, cache keys) and check it"
 
 venv: $(VENV)/.installed
 

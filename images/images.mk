@@ -1,41 +1,48 @@
-# sglang-rvv images: a Makefile fragment (include it from the top Makefile, or run
-# `make -f images/images.mk TARGET` from the repo root). Logic lives in images/scripts/.
+# sglang-rvv images: included by the top Makefile (the logic lives in images/scripts/).
 #
-#   make image [ARCH=amd64]     base (mmdebstrap + podman import), runtime, tiny model
-#   make up / make down         compose/compose.yaml with podman-compose, waits until healthy
-#   make image-base | image-runtime | image-model | images-setup | images-lock
+#   make image [ARCH=amd64] [MODEL=tiny-llama] [CACHE=cold|warm]
+#        base (mmdebstrap + podman import) -> runtime -> model image (-> warm image)
+#   make up [same variables] [PORT=30000]   compose up, wait until healthy, print a curl line
+#   make down
+#   make lock                               refresh the pins that follow from the repo, then check the lock
+#   make images-setup                       podman, its containers.conf, qemu-riscv64 binfmt
 #
-# ARCH defaults to the host's; MODEL to models.default of images/lock.toml; PORT to 30000.
-# Every script is idempotent: an image whose recorded inputs match is kept.
+# ARCH defaults to the host's, MODEL to models.default of images/lock.toml, CACHE to cold.
+# Every build script keeps an image whose recorded inputs match, and tags only complete images.
 
-IMAGES_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
-IMAGES_SCRIPTS := $(IMAGES_DIR)/scripts
+IMAGES_SCRIPTS := images/scripts
 IMAGES_HOST_ARCH := $(patsubst x86_64,amd64,$(patsubst aarch64,arm64,$(shell uname -m)))
 ARCH ?= $(IMAGES_HOST_ARCH)
 MODEL ?= $(shell python3 $(IMAGES_SCRIPTS)/lock.py get models.default)
+CACHE ?= cold
 PORT ?= 30000
 # podman-compose comes from the locked venv when there is one (podman 4.3 has no `podman compose`).
 PODMAN_COMPOSE ?= $(firstword $(wildcard $(CURDIR)/.venv/bin/podman-compose) podman-compose)
-IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RVV_MODEL=$(MODEL)
+IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RVV_MODEL=$(MODEL) SGLANG_RVV_CACHE=$(CACHE)
 
-.PHONY: image image-base image-runtime image-model images-setup images-lock up down
+.PHONY: image image-base image-runtime image-model image-cache images-setup lock up down
 
 images-setup:
 	$(IMAGES_SCRIPTS)/podman-setup.sh
 
-images-lock:
-	python3 $(IMAGES_SCRIPTS)/lock.py check
+lock:
+	python3 $(IMAGES_SCRIPTS)/lock.py refresh
 
-image-base: images-setup images-lock
+# The build scripts check the lock themselves and fail naming a stale pin: a build never edits it.
+image-base: images-setup
 	$(IMAGES_SCRIPTS)/build-base.sh $(ARCH)
 
 image-runtime: image-base
 	$(IMAGES_SCRIPTS)/build-runtime.sh $(ARCH)
 
 image-model: image-runtime
-	$(IMAGES_SCRIPTS)/model.sh $(MODEL) $(ARCH)
+	$(IMAGES_SCRIPTS)/build-model.sh $(ARCH) $(MODEL)
 
-image: image-runtime image-model
+image-cache: image-model
+	$(IMAGES_SCRIPTS)/build-cache.sh $(ARCH) $(MODEL)
+
+image: $(if $(filter warm,$(CACHE)),image-cache,image-model)
+	@case "$(CACHE)" in cold|warm) ;; *) echo "CACHE=$(CACHE): use cold or warm" >&2; exit 2 ;; esac
 
 up: image
 	$(IMAGES_ENV) $(IMAGES_SCRIPTS)/compose.sh up $(ARCH)

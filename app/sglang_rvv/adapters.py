@@ -113,6 +113,36 @@ HF_ADAPTER = Adapter(
 )
 
 
+# -- Plain torch modules named like Hugging Face's ----------------------------
+
+def _detect_hf_named(model: torch.nn.Module) -> bool:
+    return (
+        isinstance(getattr(model, "lm_head", None), torch.nn.Linear)
+        and isinstance(getattr(getattr(model, "model", None), "embed_tokens", None), torch.nn.Embedding)
+        and hasattr(model, "config")
+    )
+
+
+def _hf_named_tied(model: torch.nn.Module) -> bool:
+    return model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def hf_named_adapter(name: str = "hf_named") -> Adapter:
+    """An adapter for a plain torch causal LM laid out like a transformers Llama.
+
+    Nothing is detected by class: pass it as ``install_rvv_policy(model, adapter=...)``.
+    It fits a model with ``model.embed_tokens`` (``nn.Embedding``), an ``lm_head``
+    (``nn.Linear``) and a ``config`` whose ``tie_word_embeddings`` says whether
+    ``lm_head.weight is model.embed_tokens.weight``. Projections are the
+    ``nn.Linear`` modules named ``q_proj``/``k_proj``/``v_proj``/``o_proj``/
+    ``gate_proj``/``up_proj``/``down_proj`` (kinds as in transformers) and ``lm_head``.
+    """
+    return Adapter(
+        name=name, kinds=_HF_KINDS, detect=_detect_hf_named, attach=attach_routed_linear,
+        lm_head_tied=_hf_named_tied,
+    )
+
+
 # -- SGLang -------------------------------------------------------------------
 
 def _detect_sglang(model: torch.nn.Module) -> bool:

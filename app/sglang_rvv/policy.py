@@ -80,6 +80,12 @@ class RvvPolicy:
         _, entries = self._entries()
         return sum(_buffer_bytes(module) for _, module, _ in entries)
 
+    def routes(self) -> list[tuple[torch.nn.Module, routing.ModuleRoute]]:
+        """Every projection this policy routes, in model order, with its route."""
+        _, entries = self._entries()
+        routed = ((module, module.__dict__.get(ROUTE_ATTR)) for _, module, _ in entries)
+        return [(module, route) for module, route in routed if route is not None and route.policy is self]
+
     def _budget(self, held: int) -> tuple[int, str]:
         if self.config.memory_budget_mib is not None:
             return int(self.config.memory_budget_mib * MIB), "configured"
@@ -179,24 +185,42 @@ def _invalidate_after_load(model: torch.nn.Module, _incompatible_keys) -> None:
     invalidate_rvv_packed_weights(model)
 
 
-def install_rvv_policy(model: torch.nn.Module, config: RvvPolicyConfig | None = None) -> PolicyReport:
-    """Install (or re-plan) the RVV BF16 Linear policy on ``model``; safe to call again."""
+def install_rvv_policy(
+    model: torch.nn.Module, config: RvvPolicyConfig | None = None, *, adapter: Adapter | None = None
+) -> PolicyReport:
+    """Install (or re-plan) the RVV BF16 Linear policy on ``model``; safe to call again.
+
+    ``adapter`` replaces the lookup by model class, e.g. ``adapters.hf_named_adapter()``
+    for a plain torch module named like a transformers Llama. A model it does not
+    fit is left untouched, as one without an adapter. Once installed, the policy
+    keeps its adapter: passing a different one later raises ``ValueError``.
+    """
     config = config or RvvPolicyConfig()
     policy: RvvPolicy | None = model.__dict__.get(POLICY_ATTR)
     if policy is None:
-        adapter = resolve_adapter(model)
+        requested = adapter
+        if requested is None:
+            adapter = resolve_adapter(model)
+        else:
+            adapter = requested if requested.detect(model) else None
         if adapter is None:
             model_type = getattr(getattr(model, "config", None), "model_type", None)
-            report = PolicyReport(
-                adapter=None, config=config.to_dict(),
-                reason=f"no adapter for {type(model).__name__} (model_type={model_type!r})",
+            reason = (
+                f"no adapter for {type(model).__name__} (model_type={model_type!r})" if requested is None
+                else f"adapter {requested.name!r} does not fit {type(model).__name__} (model_type={model_type!r})"
             )
+            report = PolicyReport(adapter=None, config=config.to_dict(), reason=reason)
             log.warning(report.summary())
             return report
         adapter.validate_tied_lm_head(model)
         policy = RvvPolicy(model, adapter, config)
         model.__dict__[POLICY_ATTR] = policy
         model.register_load_state_dict_post_hook(_invalidate_after_load)
+    elif adapter is not None and adapter != policy.adapter:
+        raise ValueError(
+            f"{type(model).__name__} already has an RVV policy with adapter {policy.adapter.name!r}; "
+            f"it cannot switch to {adapter.name!r} (reload the model to change adapters)"
+        )
     policy.config = config
     return policy.reconcile()
 

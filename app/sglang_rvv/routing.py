@@ -60,6 +60,16 @@ def bucket_rows(rows: int, *, small_batch: bool, projection: str) -> int | None:
     return None
 
 
+def buckets_for(projection: str, *, small_batch: bool) -> tuple[int, ...]:
+    """Every bucket :func:`bucket_rows` can map a call of ``projection`` to, ascending."""
+    buckets = {1}
+    if small_batch:
+        buckets.update(SMALL_BATCH_BUCKETS)
+    if projection != "lm_head":
+        buckets.update(PREFILL_BUCKETS)
+    return tuple(sorted(buckets))
+
+
 def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
     """Why a projection can never take the packed route, or ``None`` if it can."""
     if projection not in PROJECTIONS:

@@ -7,9 +7,12 @@
 # 2. stages a build context (requirements, app sources, the arch's pins, this folder's files)
 #    and digests it with the base image id: an image labelled with that digest is kept
 #    (unless --force);
-# 3. downloads the locked wheels into BUILD_DIR/wheelhouse-ARCH on the host (pip,
-#    hash-checked; files already there are reused) and links them into the context;
-# 4. podman build --network=none; the image checks itself against the pins while building;
+# 3. torch source 'wheel': downloads the locked wheels into BUILD_DIR/wheelhouse-ARCH on
+#    the host (pip, hash-checked; files already there are reused) and links them into the
+#    context; 'debian' (riscv64 without patched wheels): no wheelhouse, the venv sees the
+#    base's python3-torch and gets the app only (no SGLang: label serving=unavailable);
+# 4. podman build --network=none (a foreign arch under qemu-user); the image checks itself
+#    against the pins while building;
 # 5. tags the result (version and arch tags) only when it is complete.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
@@ -18,14 +21,25 @@ source "$(dirname "$0")/lib.sh"
 ARCH=""
 FORCE=0
 TMP_REF=""
+TORCH_SOURCE=""
 
-parse_args() { parse_build_args '2,14' "$@"; }
+parse_args() { parse_build_args '2,17' "$@"; }
 
 check_supported() {
-  [[ $(lock "arch.${ARCH}.torch.source") == wheel ]] \
-    || die "runtime ${ARCH}: torch source '$(lock "arch.${ARCH}.torch.source")' (arch.${ARCH}.torch) needs a ${ARCH} wheelhouse of the locked stack, which is not built yet"
-  [[ ${ARCH} == "$(host_arch)" ]] \
-    || die "runtime ${ARCH}: the wheelhouse is downloaded for the host ($(host_arch)); cross-arch wheelhouses are not supported yet"
+  TORCH_SOURCE=$(lock "arch.${ARCH}.torch.source")
+  case "${TORCH_SOURCE}" in
+    wheel)
+      [[ ${ARCH} == "$(host_arch)" ]] \
+        || die "runtime ${ARCH}: the wheelhouse is downloaded for the host ($(host_arch)); cross-arch wheelhouses are not supported yet"
+      ;;
+    debian)
+      [[ $(lock "arch.${ARCH}.torch.patched_wheels") == "{}" ]] \
+        || die "runtime ${ARCH}: arch.${ARCH}.torch.patched_wheels pins a wheelhouse, but installing patched wheels is not implemented yet (empty the table to build on Debian's $(lock "arch.${ARCH}.torch.debian_package"))"
+      log "runtime ${ARCH}: torch from Debian's $(lock "arch.${ARCH}.torch.debian_package") $(lock "arch.${ARCH}.torch.version"), no wheelhouse: the image has no SGLang and cannot serve"
+      ;;
+    *) die "runtime ${ARCH}: unknown torch source '${TORCH_SOURCE}' (arch.${ARCH}.torch.source)" ;;
+  esac
+  need_emulation "${ARCH}"
 }
 
 check_base() {
@@ -53,11 +67,16 @@ stage_context() {
   local ctx="$1"
   rm -rf "${ctx}"
   mkdir -p "${ctx}/src"
-  python3 "${LOCK_PY}" runtime-requirements "${ctx}/requirements.txt"
+  if [[ ${TORCH_SOURCE} == wheel ]]; then
+    python3 "${LOCK_PY}" runtime-requirements "${ctx}/requirements.txt"
+  else  # nothing from a wheelhouse; these keep the Containerfile's bind mounts valid
+    mkdir -p "${ctx}/wheels"
+    echo "# torch source ${TORCH_SOURCE}: no wheelhouse" >"${ctx}/requirements.txt"
+  fi
   python3 "${LOCK_PY}" export "${ARCH}" >"${ctx}/lock.json"
   tar -C "${REPO_DIR}" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml README.md app \
     | tar -C "${ctx}/src" -xf -
-  cp "${IMAGES_DIR}"/runtime/{Containerfile,entrypoint.sh,healthcheck.py,check-runtime.py} "${ctx}/"
+  cp "${IMAGES_DIR}"/runtime/{Containerfile,healthcheck.py,check-runtime.py} "${ctx}/"
 }
 
 context_digest() {
@@ -82,6 +101,7 @@ build_image() {
     --build-arg "BASE_IMAGE=${base}" \
     --build-arg "SOURCE_DATE_EPOCH=$(lock base.source_date_epoch)" \
     --build-arg "CONTEXT_DIGEST=${digest}" \
+    --build-arg "TORCH_SOURCE=${TORCH_SOURCE}" \
     --build-arg "INDUCTOR_CACHE_KEY=$(lock "arch.${ARCH}.inductor_cache_key")" \
     "${labels[@]}" \
     --label "${LABEL_PREFIX}.context-digest=${digest}" \
@@ -115,10 +135,12 @@ main() {
     log "${image} is up to date (context-digest ${digest:0:12})"
     return
   fi
-  wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"
-  fill_wheelhouse "${wheelhouse}" "${ctx}/requirements.txt"
-  timer_report "wheelhouse"
-  link_wheels "${ctx}" "${wheelhouse}"
+  if [[ ${TORCH_SOURCE} == wheel ]]; then
+    wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"
+    fill_wheelhouse "${wheelhouse}" "${ctx}/requirements.txt"
+    timer_report "wheelhouse"
+    link_wheels "${ctx}" "${wheelhouse}"
+  fi
   TMP_REF="${image}-tmp-$$"
   trap cleanup EXIT
   build_image "${ctx}" "${base}" "${digest}"

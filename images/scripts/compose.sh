@@ -5,8 +5,9 @@
 #   images/scripts/compose.sh down          stop and remove (the Inductor cache volume stays)
 #
 # Environment: PODMAN_COMPOSE (podman-compose), SGLANG_RVV_PORT (30000), SGLANG_RVV_MODEL
-# (models.default of images/lock.toml), SGLANG_RVV_UP_TIMEOUT (600 s); the rest of
-# compose.yaml's variables pass through.
+# (models.default of images/lock.toml), SGLANG_RVV_CACHE (cold: the model image; warm: the
+# image with the prewarmed Inductor cache), SGLANG_RVV_IMAGE (overrides both),
+# SGLANG_RVV_UP_TIMEOUT (600 s); the rest of compose.yaml's variables pass through.
 # The health status is driven by `podman healthcheck run` (the compose healthcheck, run
 # inside the container): podman 4.3 schedules healthchecks with systemd timers, and
 # without systemd nothing would ever run them.
@@ -53,18 +54,20 @@ wait_healthy() {
 up() {
   local arch="${1:-$(host_arch)}" id port
   port="${SGLANG_RVV_PORT:-30000}"
-  export SGLANG_RVV_IMAGE="${SGLANG_RVV_IMAGE:-localhost/sglang-rvv-runtime:${arch}}"
-  export SGLANG_RVV_MODEL="${SGLANG_RVV_MODEL:-$(lock models.default)}"
-  export SGLANG_RVV_MODELS_DIR="${SGLANG_RVV_MODELS_DIR:-${BUILD_DIR}/models}"
-  image_exists "${SGLANG_RVV_IMAGE}" || die "image ${SGLANG_RVV_IMAGE} not found: build it first (images/images.mk: image)"
-  [[ -d ${SGLANG_RVV_MODELS_DIR}/${SGLANG_RVV_MODEL} ]] \
-    || die "model ${SGLANG_RVV_MODELS_DIR}/${SGLANG_RVV_MODEL} not found: run images/scripts/model.sh ${SGLANG_RVV_MODEL}"
+  local model="${SGLANG_RVV_MODEL:-$(lock models.default)}"
+  case "${SGLANG_RVV_CACHE:-cold}" in
+    cold) SGLANG_RVV_IMAGE="${SGLANG_RVV_IMAGE:-$(image_name model "${arch}" "${model}")}" ;;
+    warm) SGLANG_RVV_IMAGE="${SGLANG_RVV_IMAGE:-$(image_name cache "${arch}" "${model}")}" ;;
+    *) die "SGLANG_RVV_CACHE='${SGLANG_RVV_CACHE}' must be cold or warm" ;;
+  esac
+  export SGLANG_RVV_IMAGE
+  image_exists "${SGLANG_RVV_IMAGE}" || die "image ${SGLANG_RVV_IMAGE} not found: build it first (make image)"
   compose up -d
   id=$(container_id)
   [[ -n ${id} ]] || die "podman-compose started no ${SERVICE} container"
   wait_healthy "${id}" "${SGLANG_RVV_UP_TIMEOUT:-600}"
   cat <<MSG
-serving ${SGLANG_RVV_MODEL} from ${SGLANG_RVV_IMAGE} on ${SGLANG_RVV_BIND:-127.0.0.1}:${port}
+serving ${model} from ${SGLANG_RVV_IMAGE} on ${SGLANG_RVV_BIND:-127.0.0.1}:${port}
   curl http://127.0.0.1:${port}/v1/completions -H 'Content-Type: application/json' \\
     -d '{"prompt": "Hello", "max_tokens": 16, "temperature": 0}'
 MSG

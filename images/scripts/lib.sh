@@ -20,8 +20,11 @@ need_root() {
   [[ ${EUID} -eq 0 ]] || die "must run as root (rootful podman, mmdebstrap)"
 }
 
+# SGLANG_RVV_LOCK names another lock file (tests use one with a mirror-only model).
+LOCK_ARGS=(${SGLANG_RVV_LOCK:+--lock "${SGLANG_RVV_LOCK}"})
+
 # lock KEY... : print values from images/lock.toml (see lock.py get --help)
-lock() { python3 "${LOCK_PY}" get "$@"; }
+lock() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" get "$@"; }
 
 host_arch() {
   case "$(uname -m)" in
@@ -54,6 +57,27 @@ promote_image() {
   done
 }
 
+# build_and_promote IMAGE CONTEXT CONTAINERFILE [PODMAN BUILD ARGS...]: build for ARCH, offline
+# and with clamped timestamps, under the temporary name TMP_REF; then promote it to IMAGE.
+# Callers remove TMP_REF on exit (cleanup_tmp_ref) so a failed build leaves no name behind.
+build_and_promote() {
+  local image="$1" ctx="$2" file="$3"
+  shift 3
+  TMP_REF="${image}-tmp-$$"
+  podman build --quiet \
+    --pull=never --network=none --layers=false --arch "${ARCH}" --format docker \
+    --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
+    "$@" --tag "${TMP_REF}" --file "${file}" "${ctx}" >/dev/null
+  promote_image "${TMP_REF}" "${image}"
+  TMP_REF=""
+  log "${image}: $(podman image inspect --format '{{.Size}}' "${image}" | numfmt --to=iec)"
+}
+
+cleanup_tmp_ref() {
+  [[ -n ${TMP_REF:-} ]] && podman rmi --ignore "${TMP_REF}" >/dev/null 2>&1
+  return 0
+}
+
 timer_start() { TIMER_START=$(date +%s); }
 timer_report() { log "$1 took $(( $(date +%s) - TIMER_START )) s"; }
 
@@ -63,11 +87,14 @@ BUILD_DIR="${SGLANG_RVV_BUILD_DIR:-${REPO_DIR}/.cache/images}"
 # shellcheck disable=SC2034
 LABEL_PREFIX=io.sglang-rvv
 
-# image_name base|runtime ARCH: the local tag of that image for that arch.
+# image_name base|runtime ARCH, image_name model|cache ARCH MODEL: the local tag of that image.
+# model = runtime + the checkpoint; cache = model + its prewarmed Inductor cache.
 image_name() {
   case "$1" in
     base) echo "localhost/sglang-rvv-base:$(lock "arch.$2.debian_suite")-$2" ;;
     runtime) echo "localhost/sglang-rvv-runtime:$(lock app.version)-$2" ;;
+    model) echo "localhost/sglang-rvv:$(lock app.version)-$3-$2" ;;
+    cache) echo "localhost/sglang-rvv:$(lock app.version)-$3-warm-$2" ;;
     *) die "unknown image '$1'" ;;
   esac
 }
@@ -95,18 +122,26 @@ need_emulation() {
   fi
 }
 
-# Parse a build script's "[--force] [ARCH]" into FORCE and ARCH; $1 is the sed line
-# range of the script's header comment, printed for --help.
+# Parse a build script's "[--force] [ARCH] [MODEL]" into FORCE, ARCH and (for scripts that
+# declare MODEL) MODEL; $1 is the sed line range of the script's header comment, for --help.
 parse_build_args() {
   local help_lines="$1"
   shift
   while (($#)); do
-    # shellcheck disable=SC2034  # FORCE is read by the calling build script
+    # shellcheck disable=SC2034  # FORCE and MODEL are read by the calling build script
     case "$1" in
       --force) FORCE=1 ;;
       -h|--help) sed -n "${help_lines}s/^# \{0,1\}//p" "$0"; exit 0 ;;
       -*) die "unknown option '$1'" ;;
-      *) ARCH="$1" ;;
+      *)
+        if [[ -z ${ARCH} ]]; then
+          ARCH="$1"
+        elif [[ -v MODEL && -z ${MODEL} ]]; then
+          MODEL="$1"
+        else
+          die "unexpected argument '$1' (see --help)"
+        fi
+        ;;
     esac
     shift
   done

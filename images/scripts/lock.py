@@ -5,6 +5,7 @@ Standard library only (tomllib: Python >= 3.11), so it runs on the host before
 any venv exists. Commands::
 
     lock.py check                     lock.toml is complete and agrees with the repo
+    lock.py refresh                   rewrite the pins that follow from the repo (versions, digests, cache keys)
     lock.py get KEY [KEY...]          a value by dotted path (lists: one item a line)
     lock.py arches                    the arches the lock pins
     lock.py cache-key ARCH            the Inductor cache key computed from the pins
@@ -59,11 +60,8 @@ def get(lock: dict, dotted: str):
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _digest(value) -> str:
@@ -204,6 +202,41 @@ def check(lock: dict) -> list[str]:
     return problems
 
 
+def refresh(path: Path) -> list[str]:
+    """Rewrite, in place, the pins that follow from the repo; returns one line per change.
+
+    app.version (pyproject.toml), sglang.version and python.requirements_sha256
+    (requirements/lock.txt), then every arch's inductor_cache_key. Other pins (Debian
+    suites, torch wheels, model digests) are decisions or downloads: check names them.
+    """
+    text = path.read_text()
+    changes: list[str] = []
+
+    def set_value(section: str, key: str, value: str) -> None:
+        nonlocal text
+        line = re.compile(rf'^\[{re.escape(section)}\]\n(?:(?!\[).*\n)*?{re.escape(key)} = "([^"]*)"', re.M)
+        match = line.search(text)
+        if match is None:
+            raise LockError([f"{path.name}: no {section}.{key} = \"...\" line to refresh"])
+        if match.group(1) != value:
+            changes.append(f"{section}.{key}: {match.group(1)} -> {value}")
+            text = text[:match.start(1)] + value + text[match.end(1):]
+
+    lock = tomllib.loads(text)
+    set_value("app", "version", tomllib.loads((REPO_DIR / "pyproject.toml").read_text())["project"]["version"])
+    req_path = REPO_DIR / lock["python"]["requirements"]
+    set_value("sglang", "version", parse_requirements(req_path).get("sglang", ("unpinned",))[0])
+    set_value("python", "requirements_sha256", sha256_file(req_path))
+    lock = tomllib.loads(text)
+    for arch in lock["arch"]:
+        set_value(f"arch.{arch}", "inductor_cache_key", cache_key(lock, arch))
+    if changes:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return changes
+
+
 def verify_model(lock: dict, name: str, directory: Path) -> list[str]:
     """Files of ``directory`` against models.NAME.sha256: missing, changed, unexpected."""
     expected = get(lock, f"models.{name}.sha256")
@@ -228,7 +261,18 @@ def export(lock: dict, arch: str) -> dict:
         "python": {k: v for k, v in lock["python"].items() if k != "runtime_exclude"},
         **{k: v for k, v in pins.items() if k != "packages"},
         "base_inputs": _digest(base_inputs(lock, arch)),
+        "serving": "sglang" if serves(lock, arch) else "unavailable",
     }
+
+
+def serves(lock: dict, arch: str) -> bool:
+    """Whether the arch's runtime image has SGLang, i.e. installs the locked stack.
+
+    Torch source ``wheel``: the whole of requirements/lock.txt, SGLang included.
+    ``debian``: the suite's python3-torch and the app only; SGLang needs the
+    patched riscv64 wheels (``torch.patched_wheels``), which are not installed yet.
+    """
+    return arch_pins(lock, arch)["torch"]["source"] == "wheel"
 
 
 def labels(lock: dict, arch: str, image: str) -> dict[str, str]:
@@ -242,14 +286,19 @@ def labels(lock: dict, arch: str, image: str) -> dict[str, str]:
         f"{LABEL_PREFIX}.base-inputs": _digest(base_inputs(lock, arch)),
     }
     if image != "base":
+        serving = serves(lock, arch)
         values.update({
             f"{LABEL_PREFIX}.python": pins["python"],
             f"{LABEL_PREFIX}.torch": f"{pins['torch']['source']}:{pins['torch']['version']}",
-            f"{LABEL_PREFIX}.sglang": lock["sglang"]["version"],
+            f"{LABEL_PREFIX}.torch-source": pins["torch"]["source"],
+            # "unavailable": no SGLang in the image (only the app and its smoke test run)
+            f"{LABEL_PREFIX}.serving": "sglang" if serving else "unavailable",
+            f"{LABEL_PREFIX}.sglang": lock["sglang"]["version"] if serving else "none",
             f"{LABEL_PREFIX}.app-version": lock["app"]["version"],
-            f"{LABEL_PREFIX}.requirements-sha256": lock["python"]["requirements_sha256"],
             f"{LABEL_PREFIX}.inductor-cache-key": pins["inductor_cache_key"],
         })
+        if serving:
+            values[f"{LABEL_PREFIX}.requirements-sha256"] = lock["python"]["requirements_sha256"]
     return values
 
 
@@ -284,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock", type=Path, default=LOCK_PATH)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("check")
+    sub.add_parser("refresh")
     sub.add_parser("arches")
     p = sub.add_parser("get")
     p.add_argument("keys", nargs="+")
@@ -305,6 +355,14 @@ def main(argv: list[str] | None = None) -> int:
             if problems:
                 raise LockError(problems)
             print(f"{args.lock.name}: ok ({', '.join(sorted(lock['arch']))})")
+        elif args.command == "refresh":
+            changes = refresh(args.lock)
+            for change in changes:
+                print(f"{args.lock.name}: {change}")
+            problems = check(load(args.lock))
+            if problems:
+                raise LockError(problems)
+            print(f"{args.lock.name}: ok ({len(changes)} pins refreshed)")
         elif args.command == "arches":
             _print(sorted(lock["arch"]))
         elif args.command == "get":

@@ -83,14 +83,13 @@ def test_compiled_callables_are_bounded_and_reused(llama):
         for seq in (5, 6, 7, 8):  # prefill rows 5..8 share bucket 8
             llama(torch.randint(0, 2050, (1, seq)))
         llama(torch.randint(0, 2050, (1, 1)))
+    # Only buckets 1 and 8 are compiled; other tests may have compiled more keys in this process.
     new = set(routing.compiled_keys()) - before
-    ours = {k for k in routing.compiled_keys() if k.in_features in (1024, 2080)}
-    assert {k.rows for k in ours} <= {1, 8}
-    assert {(k.projection, k.rows) for k in ours} == {
-        (p, r) for p in routing.PROJECTIONS for r in (1, 8)
-    }
-    assert all(k.mode == routing.EXPLICIT_PACKED for k in ours)
+    assert {k.rows for k in new} <= {1, 8}
+    assert all(k.mode == routing.EXPLICIT_PACKED for k in new)
     assert len(new) <= len(routing.PROJECTIONS) * 2
+    used = {(p, b) for (p, route, b) in _counts(llama) if route == routing.PACKED_COMPILED}
+    assert used == {(p, b) for p in routing.PROJECTIONS for b in ("1", "8")}
     c = _counts(llama)
     # 2 layers x (q, o) + lm_head per forward, all through compiled code
     assert c[("qkv_proj", "packed_compiled", "8")] == 4 * 2

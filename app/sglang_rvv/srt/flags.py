@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpu-rvv-memory-budget-mib", type=_non_negative_mib, default=None, metavar="N",
                        help="Cap packed weights at N MiB; projections past it stay row-major. "
                             "Default: available memory (cgroup limits included) minus a reserve.")
+    group.add_argument("--cpu-rvv-warmup", action=argparse.BooleanOptionalAction, default=False,
+                       help="Compile every shape key (projection x bucket) at load, before the first "
+                            "request; with a warm Inductor cache this only loads artifacts. Default: off.")
     group.add_argument("--cpu-rvv-report-path", default=None, metavar="PATH",
                        help=f"Where to write the JSON policy report. Default: {REPORT_NAME} in the "
                             "Inductor cache directory (TORCHINDUCTOR_CACHE_DIR).")
@@ -60,6 +63,7 @@ class RvvSettings:
     small_batch: bool
     memory_budget_mib: float | None
     report_path: str | None
+    warmup: bool
     enabled_by: str  # the flag that turned the policy on, for messages
 
     @property
@@ -88,6 +92,7 @@ def resolve(args: argparse.Namespace) -> RvvSettings:
         small_batch=bool(values["cpu_rvv_small_batch"]),
         memory_budget_mib=getattr(args, "cpu_rvv_memory_budget_mib", None),
         report_path=getattr(args, "cpu_rvv_report_path", None),
+        warmup=bool(getattr(args, "cpu_rvv_warmup", False)),
         enabled_by=UMBRELLA if umbrella else (
             "--cpu-rvv-packed-weight-mode" if values["cpu_rvv_packed_weight_mode"] == "explicit"
             else "--cpu-compile-mode"),

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from ..inductor_cache import STATE_ENV
 from . import flags
 
 log = logging.getLogger("sglang_rvv")
@@ -69,14 +72,13 @@ def _report_path(settings: flags.RvvSettings, tp_rank: int) -> Path:
     return path if tp_rank == 0 else path.with_name(f"{path.stem}.rank{tp_rank}{path.suffix}")
 
 
-def _write_report(runner, settings: flags.RvvSettings, report) -> None:
+def _write_report(runner, settings: flags.RvvSettings, report, **extra) -> None:
     import json
-    from dataclasses import asdict
 
     tp_rank = getattr(runner, "tp_rank", 0)
     path = _report_path(settings, tp_rank)
     log.info("sglang_rvv: report at %s", path)
-    payload = dict(asdict(report), settings=asdict(settings), tp_rank=tp_rank)
+    payload = dict(asdict(report), settings=asdict(settings), tp_rank=tp_rank, **extra)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
@@ -100,8 +102,22 @@ def _after_load_model(result, runner, *args, **kwargs):
         return result
     if report.adapter is not None:  # an unknown architecture was already warned about
         log.info(report.summary())
-    _write_report(runner, settings, report)
     policy = policy_of(model)
+    extra = {}
+    cache_state = os.environ.get(STATE_ENV)
+    if cache_state:
+        extra["cache_state"] = cache_state
+    if settings.warmup and policy is not None:
+        from ..warmup import warm_up
+
+        try:
+            warmup = warm_up(policy)
+        except Exception as error:  # a request would hit the same error; report it, compile lazily
+            log.warning("sglang_rvv: warm-up failed, compiling on demand: %s: %s", type(error).__name__, error)
+        else:
+            log.info(warmup.summary())
+            extra["warmup"] = asdict(warmup)
+    _write_report(runner, settings, report, **extra)
     if policy is not None and getattr(runner.server_args, "enable_metrics", False):
         from .metrics import MetricsExporter
 

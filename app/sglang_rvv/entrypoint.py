@@ -1,0 +1,197 @@
+"""The container entrypoint: check the inputs, pick thread and cache defaults, exec SGLang.
+
+::
+
+    python -m sglang_rvv.entrypoint [SGLANG OPTIONS...]   serve (options are appended to SGLang's)
+    python -m sglang_rvv.entrypoint COMMAND [ARGS...]     run COMMAND instead (bash, python, ...)
+
+Serving checks the model directory, the port and the writable directories;
+sets ``OMP_NUM_THREADS`` to the CPUs this container may use (affinity and
+cgroup quota) unless it is set; checks the image's prewarmed Inductor cache
+against the running stack (:mod:`sglang_rvv.inductor_cache`) and copies it
+into the writable cache when it matches; then replaces itself with
+``python -m sglang.launch_server ... --enable-cpu-rvv-inductor``. Every refusal
+is one line on stderr and exit status 64.
+
+Environment (defaults in brackets): ``SGLANG_RVV_MODEL_DIR`` [/models/model],
+``SGLANG_RVV_HOST`` [0.0.0.0], ``SGLANG_RVV_PORT`` [30000],
+``SGLANG_RVV_MAX_TOTAL_TOKENS`` [4096], ``SGLANG_RVV_WARM_CACHE`` [the image's
+prewarmed cache directory], ``SGLANG_RVV_WARMUP`` [auto: compile every shape key
+at load when the cache is warm, which then only loads artifacts; 1/0 force it],
+``TORCHINDUCTOR_CACHE_DIR`` (writable; set by the image), ``OMP_NUM_THREADS``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EXIT_USAGE = 64
+IMAGE_LOCK = Path("/usr/share/sglang-rvv/lock.json")
+WARM_CACHE = "/usr/share/sglang-rvv/inductor-warm"
+PROG = "sglang-rvv entrypoint"
+
+
+class Refusal(Exception):
+    """One line that says what is wrong and what to do."""
+
+
+@dataclass
+class Plan:
+    command: list[str]
+    env: dict[str, str]
+    notes: list[str] = field(default_factory=list)  # startup lines, in order
+
+
+def _cgroup_cpu_limit(root: Path) -> int | None:
+    try:
+        quota, period = (root / "cpu.max").read_text().split()  # cgroup v2
+    except (OSError, ValueError):
+        try:  # cgroup v1
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if not quota.isdigit() or not period.isdigit() or int(period) == 0:
+        return None  # "max" / -1: no quota
+    return -(-int(quota) // int(period))
+
+
+def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """CPUs in this process's affinity mask, capped by the cgroup CPU quota."""
+    cpus = len(os.sched_getaffinity(0))
+    limit = _cgroup_cpu_limit(cgroup_root)
+    return max(1, min(cpus, limit) if limit else cpus)
+
+
+def validate_model_dir(model_dir: Path) -> str:
+    """The model's architecture name; raises Refusal naming what is missing."""
+    if not model_dir.is_dir():
+        raise Refusal(f"model directory {model_dir} does not exist: mount a checkpoint there "
+                      f"(-v ./my-model:{model_dir}:ro) or set SGLANG_RVV_MODEL_DIR")
+    config_path = model_dir / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except OSError as error:
+        raise Refusal(f"{config_path} is missing or unreadable by uid {os.getuid()} ({error.strerror})") from None
+    except ValueError as error:
+        raise Refusal(f"{config_path} is not valid JSON ({error}): the checkpoint is damaged") from None
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if not architectures:
+        raise Refusal(f"{config_path} names no 'architectures': not a transformers checkpoint config")
+    if not any(model_dir.glob("*.safetensors")):
+        raise Refusal(f"{model_dir} has no *.safetensors weights")
+    if not any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise Refusal(f"{model_dir} has no tokenizer (tokenizer.json or tokenizer_config.json)")
+    return architectures[0]
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise Refusal(f"SGLANG_RVV_PORT={text!r} is not a TCP port (1-65535)")
+    return int(text)
+
+
+def _max_total_tokens(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise Refusal(f"SGLANG_RVV_MAX_TOTAL_TOKENS={text!r} must be a positive number of tokens")
+    return int(text)
+
+
+def _writable_dir(path: Path, hint: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise Refusal(f"cannot create {path} ({error.strerror}): {hint}") from None
+    if not os.access(path, os.W_OK):
+        raise Refusal(f"{path} is not writable by uid {os.getuid()}: {hint}")
+
+
+def torch_source_note(lock_path: Path = IMAGE_LOCK) -> str | None:
+    """A startup line when this image's torch is not the patched RVV build."""
+    try:
+        torch_pin = json.loads(lock_path.read_text())["torch"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if torch_pin.get("source") == "debian":
+        return (f"torch {torch_pin.get('version')} comes from Debian's {torch_pin.get('debian_package')} "
+                "(no patched RVV wheelhouse in this image): the generic packed kernel runs, not the RVV one")
+    return None
+
+
+def _warmup_wanted(setting: str, warm: bool) -> bool:
+    if setting == "auto":
+        return warm
+    if setting in ("1", "0"):
+        return setting == "1"
+    raise Refusal(f"SGLANG_RVV_WARMUP={setting!r} must be auto, 1 or 0")
+
+
+def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
+    """What to exec, with which environment; raises Refusal. Seeds the Inductor cache as a side effect."""
+    env = dict(environ)
+    if argv and not argv[0].startswith("-"):
+        return Plan(list(argv), env)
+    if importlib.util.find_spec("sglang") is None:
+        note = torch_source_note()
+        raise Refusal(f"SGLang is not installed in this image{f'; {note}' if note else ''}. Serving needs the "
+                      "patched wheelhouse; `python -m sglang_rvv.smoke MODEL_DIR` checks the policy here")
+    model_dir = Path(env.get("SGLANG_RVV_MODEL_DIR", "/models/model"))
+    architecture = validate_model_dir(model_dir)
+    port = _port(env.get("SGLANG_RVV_PORT", "30000"))
+    max_total_tokens = _max_total_tokens(env.get("SGLANG_RVV_MAX_TOTAL_TOKENS", "4096"))
+    home = Path(env.get("HOME", "/tmp/home"))
+    _writable_dir(home, "mount a tmpfs on /tmp (the root filesystem may be read-only)")
+    cache_dir = Path(env.get("TORCHINDUCTOR_CACHE_DIR") or home / ".cache" / "torchinductor")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    _writable_dir(cache_dir, f"mount a volume writable by uid {os.getuid()} on {cache_dir.parent}")
+
+    from . import inductor_cache
+    from .server import cpu_server_args
+
+    notes = [note for note in (torch_source_note(),) if note]
+    warm_dir = Path(env.get("SGLANG_RVV_WARM_CACHE", WARM_CACHE))
+    state = inductor_cache.check(warm_dir, model_dir)
+    if state.warm:
+        copied = inductor_cache.seed(warm_dir, cache_dir)
+        notes.append(f"Inductor cache: {state}; {copied} files copied into {cache_dir}")
+    elif warm_dir.exists():
+        notes.append(f"warning: Inductor cache: {state}; starting without it")
+    else:
+        notes.append(f"Inductor cache: {state}")
+    env[inductor_cache.STATE_ENV] = "artifact-warm" if state.warm else "artifact-cold"
+    env.setdefault("OMP_NUM_THREADS", str(usable_cpus()))
+    extra = ["--cpu-rvv-warmup"] if _warmup_wanted(env.get("SGLANG_RVV_WARMUP", "auto"), state.warm) else []
+    notes.append(f"serving {model_dir} ({architecture}) on {env.get('SGLANG_RVV_HOST', '0.0.0.0')}:{port} "
+                 f"with OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
+    command = [
+        sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
+        "--host", env.get("SGLANG_RVV_HOST", "0.0.0.0"), "--port", str(port),
+        *cpu_server_args(max_total_tokens), "--enable-cpu-rvv-inductor", *extra, *argv,
+    ]
+    return Plan(command, env, notes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = plan(argv, os.environ)
+    except Refusal as refusal:
+        print(f"{PROG}: error: {refusal}", file=sys.stderr)
+        return EXIT_USAGE
+    for note in result.notes:
+        print(f"{PROG}: {note}", file=sys.stderr, flush=True)
+    try:
+        os.execvpe(result.command[0], result.command, result.env)
+    except OSError as error:
+        print(f"{PROG}: error: cannot run {result.command[0]!r}: {error.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

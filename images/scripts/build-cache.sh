@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Build the warm image: the model image plus a prewarmed Inductor cache.
+#
+#   images/scripts/build-cache.sh [--force] [ARCH] [MODEL]   (defaults: host arch, models.default)
+#
+# 1. runs the model image once with `python -m sglang_rvv.inductor_cache warm`: SGLang starts
+#    with --cpu-rvv-warmup, which compiles every shape key (projection x bucket), then stops;
+#    the cache and its manifest (torch, app, CPU capability, compiler, model config, keys)
+#    land in a host directory, at the same path the runtime later uses;
+# 2. copies that directory into the image (images/cache/Containerfile).
+# The warm-up runs on this host's CPU: its artifacts and manifest are for this CPU's ISA,
+# which the entrypoint checks at every start. Kept when up to date unless --force.
+set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/lib.sh"
+
+FORCE=0
+ARCH=""
+MODEL=""
+TMP_REF=""
+APP_UID=10001
+
+warm_cache() {
+  local model_image="$1" out="$2" target
+  target="/var/cache/sglang-rvv/inductor/$(lock "arch.${ARCH}.inductor_cache_key")"
+  rm -rf "${out}"
+  mkdir -p "${out}"
+  chown "${APP_UID}:${APP_UID}" "${out}"
+  log "warming the Inductor cache with ${model_image} (SGLang log follows)"
+  podman run --rm --init --network=none --no-healthcheck \
+    -v "${out}:${target}" "${model_image}" \
+    python -m sglang_rvv.inductor_cache warm /models/model "${target}" \
+    || die "warm-up in ${model_image} failed (log above)"
+}
+
+main() {
+  parse_build_args '2,12' "$@"
+  need_root
+  need_cmd podman python3
+  MODEL="${MODEL:-$(lock models.default)}"
+  local model_image image inputs ctx
+  model_image=$(image_name model "${ARCH}" "${MODEL}")
+  image=$(image_name cache "${ARCH}" "${MODEL}")
+  image_exists "${model_image}" || die "model image ${model_image} not found: run images/scripts/build-model.sh ${ARCH} ${MODEL}"
+  inputs=$(podman image inspect --format '{{.Id}}' "${model_image}")
+  if ((!FORCE)) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.cache-inputs") == "${inputs}" ]]; then
+    log "${image} is up to date (cache-inputs ${inputs:0:12})"
+    return
+  fi
+  timer_start
+  ctx="${BUILD_DIR}/cache-context-${MODEL}-${ARCH}"
+  warm_cache "${model_image}" "${ctx}/inductor"
+  trap cleanup_tmp_ref EXIT
+  build_and_promote "${image}" "${ctx}" "${IMAGES_DIR}/cache/Containerfile" \
+    --build-arg "MODEL_IMAGE=${model_image}" \
+    --label "${LABEL_PREFIX}.image=cache" \
+    --label "${LABEL_PREFIX}.cache=warm" \
+    --label "${LABEL_PREFIX}.cache-inputs=${inputs}"
+  rm -rf "${ctx}"
+  timer_report "warm image ${MODEL} ${ARCH}"
+}
+
+main "$@"

@@ -1,0 +1,81 @@
+"""Helpers for the image tests (tests/images): the lock, build steps, containers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LOCK_PY = REPO / "images" / "scripts" / "lock.py"
+HOST_ARCH = {"x86_64": "amd64", "riscv64": "riscv64", "aarch64": "arm64"}[os.uname().machine]
+
+
+def lock_get(key: str) -> str:
+    return subprocess.run(["python3", LOCK_PY, "get", key], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def run(command: list[str], *, timeout: float, log: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Run a build step; on failure the error carries the tail of its output."""
+    began = time.monotonic()
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, **kwargs)
+    output = result.stdout + result.stderr
+    if log is not None:
+        log.write_text(output)
+    print(f"$ {' '.join(map(str, command))}  ({time.monotonic() - began:.0f} s, exit {result.returncode})")
+    if result.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, command))} exited {result.returncode}:\n{output[-4000:]}", pytrace=False)
+    return result
+
+
+def free_port() -> int:
+    from sglang_rvv.server import free_port as _free_port
+
+    return _free_port()
+
+
+class Container:
+    """One detached container serving on 127.0.0.1:PORT; removed by :meth:`remove`."""
+
+    def __init__(self, image: str, *, podman_args: tuple[str, ...] = (), args: tuple[str, ...] = ()):
+        self.port = free_port()
+        self.id = subprocess.run(
+            ["podman", "run", "-d", "--init", "-p", f"127.0.0.1:{self.port}:30000", *podman_args, image, *args],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+
+    def wait_healthy(self, timeout: float = 600) -> float:
+        began = time.monotonic()
+        while subprocess.run(["podman", "healthcheck", "run", self.id], capture_output=True).returncode != 0:
+            state = subprocess.run(["podman", "inspect", "--format", "{{.State.Status}}", self.id],
+                                   capture_output=True, text=True).stdout.strip()
+            if state != "running" or time.monotonic() - began > timeout:
+                pytest.fail(f"container is {state} after {time.monotonic() - began:.0f} s, not healthy:\n"
+                            f"{self.logs()[-4000:]}", pytrace=False)
+            time.sleep(2)
+        return time.monotonic() - began
+
+    def logs(self) -> str:
+        result = subprocess.run(["podman", "logs", self.id], capture_output=True, text=True)
+        return result.stdout + result.stderr
+
+    def exec(self, *command: str) -> str:
+        return subprocess.run(["podman", "exec", self.id, *command], check=True, capture_output=True,
+                              text=True).stdout
+
+    def remove(self) -> None:
+        subprocess.run(["podman", "rm", "-f", "-v", "-t", "5", self.id], capture_output=True)
+
+
+def completion(port: int, prompt: str = "Hello", max_tokens: int = 8) -> dict:
+    """POST /v1/completions on 127.0.0.1:PORT, greedy."""
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read())

@@ -1,0 +1,48 @@
+"""Image tests: real podman builds through the make targets, real containers, real compose.
+
+Everything here needs root and rootful podman (``images/scripts/podman-setup.sh``, run by
+``.ci/run``). Builds are shared by the whole session and skipped by the scripts when up
+to date, so a second run is quick.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from image_support import HOST_ARCH, lock_get, run
+
+IMAGES_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if IMAGES_DIR in item.path.resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def podman() -> str:
+    if os.geteuid() != 0 or shutil.which("podman") is None:
+        pytest.skip("needs root and rootful podman (images/scripts/podman-setup.sh installs and configures it)")
+    return "podman"
+
+
+@pytest.fixture(scope="session")
+def build_logs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("build-logs")
+
+
+@pytest.fixture(scope="session")
+def amd64_images(podman, build_logs) -> dict[str, str]:
+    """base -> runtime -> model image -> warm image, for the host arch, through `make image`."""
+    run(["make", "image", f"ARCH={HOST_ARCH}", "CACHE=warm"], timeout=3600, log=build_logs / "make-image.log")
+    version, model = lock_get("app.version"), lock_get("models.default")
+    return {
+        "runtime": f"localhost/sglang-rvv-runtime:{version}-{HOST_ARCH}",
+        "model": f"localhost/sglang-rvv:{version}-{model}-{HOST_ARCH}",
+        "warm": f"localhost/sglang-rvv:{version}-{model}-warm-{HOST_ARCH}",
+    }

@@ -1,0 +1,153 @@
+"""The amd64 serving images: compose up with a real completion, testinfra on the running
+container, warm versus cold Inductor cache, refusals, and a rebuild that reproduces the contents.
+
+The rebuild test comes last in this file: it replaces the base, runtime and model images.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+import testinfra
+from image_support import HOST_ARCH, LOCK_PY, REPO, Container, completion, free_port, lock_get, run
+
+CACHE_VOLUME = "/var/cache/sglang-rvv/inductor"
+MANIFEST_IN_IMAGE = "/usr/share/sglang-rvv/inductor-warm/sglang_rvv_cache_manifest.json"
+WARMUP_RE = re.compile(r"warm-up: (\d+) shape keys in [\d.]+ s, (\d+) Inductor compiles, (\d+) cache hits")
+
+
+def _compose_container_id() -> str:
+    return subprocess.run(
+        ["podman", "ps", "--filter", "label=io.podman.compose.project=sglang-rvv", "--format", "{{.ID}}"],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()[0]
+
+
+def _in_image(image: str, *command: str) -> str:
+    return subprocess.run(["podman", "run", "--rm", "--no-healthcheck", "--entrypoint", command[0], image,
+                           *command[1:]], check=True, capture_output=True, text=True).stdout
+
+
+def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd64_images, build_logs):
+    port = free_port()
+    up = run(["make", "up", f"ARCH={HOST_ARCH}", f"PORT={port}"], timeout=900, log=build_logs / "make-up.log")
+    try:
+        assert f"curl http://127.0.0.1:{port}/v1/completions" in up.stdout
+        reply = completion(port)
+        assert reply["usage"]["completion_tokens"] == 8 and reply["choices"][0]["text"]
+
+        container = _compose_container_id()
+        host = testinfra.get_host(f"podman://{container}")
+        assert host.check_output("id -u") == "10001"
+        assert host.check_output("id -un") == "sglang"
+        versions = host.check_output(
+            "python -c 'import importlib.metadata as m, torch, sglang_rvv; "
+            "print(torch.__version__, m.version(\"sglang\"), sglang_rvv.__version__)'")
+        assert versions.split() == [lock_get(f"arch.{HOST_ARCH}.torch.version"), lock_get("sglang.version"),
+                                    lock_get("app.version")]
+        pinned = json.loads(lock_get(f"models.{lock_get('models.default')}.sha256"))
+        actual = dict(line.split()[::-1] for line in host.check_output(
+            "cd /models/model && sha256sum *").splitlines())
+        assert actual == pinned
+        assert host.run("touch /opt/x").rc != 0, "the root filesystem must be read-only"
+        assert host.check_output("grep NoNewPrivs /proc/self/status").split() == ["NoNewPrivs:", "1"]
+
+        ports = subprocess.run(["podman", "port", container], check=True, capture_output=True, text=True).stdout
+        assert ports.strip() == f"30000/tcp -> 127.0.0.1:{port}", ports
+        local = testinfra.get_host("local://")
+        assert local.socket(f"tcp://127.0.0.1:{port}").is_listening
+        assert not local.socket(f"tcp://0.0.0.0:{port}").is_listening
+    finally:
+        run(["make", "down"], timeout=300)
+
+
+def test_the_warm_image_loads_every_key_from_its_cache_and_compiles_nothing(amd64_images):
+    manifest = json.loads(_in_image(amd64_images["warm"], "cat", MANIFEST_IN_IMAGE))
+    cold_compiles = manifest["warmup"]["compiled"]
+    assert cold_compiles == len(manifest["shape_keys"]) > 0  # the build-time warm-up started from nothing
+
+    container = Container(amd64_images["warm"], podman_args=(
+        "--read-only", "--tmpfs", "/tmp", "-v", CACHE_VOLUME))  # a fresh anonymous volume, as compose's
+    try:
+        seconds = container.wait_healthy()
+        logs = container.logs()
+        assert "Inductor cache: artifact-warm" in logs
+        keys, compiles, hits = map(int, WARMUP_RE.search(logs).groups())
+        print(f"warm start: healthy after {seconds:.0f} s; {keys} keys, {compiles} compiles, {hits} cache hits "
+              f"(the cold build-time warm-up compiled {cold_compiles})")
+        assert keys == len(manifest["shape_keys"])
+        assert compiles < cold_compiles and compiles == 0
+        assert hits == keys
+        assert completion(container.port)["usage"]["completion_tokens"] == 8
+    finally:
+        container.remove()
+
+
+def test_a_tampered_manifest_is_rejected_and_the_start_is_cold(amd64_images, tmp_path):
+    manifest = json.loads(_in_image(amd64_images["warm"], "cat", MANIFEST_IN_IMAGE))
+    manifest["torch_version"] = "2.0.0+tampered"
+    tampered = tmp_path / "manifest.json"
+    tampered.write_text(json.dumps(manifest))
+    container = Container(amd64_images["warm"], podman_args=("-v", f"{tampered}:{MANIFEST_IN_IMAGE}:ro"))
+    try:
+        container.wait_healthy()
+        logs = container.logs()
+        assert "warning: Inductor cache: artifact-cold (prewarmed cache rejected, torch_version: cache " \
+               "'2.0.0+tampered'" in logs
+        assert "files copied" not in logs and not WARMUP_RE.search(logs)
+        report_dir = f"/var/cache/sglang-rvv/inductor/{lock_get(f'arch.{HOST_ARCH}.inductor_cache_key')}"
+        report = json.loads(container.exec("cat", f"{report_dir}/sglang_rvv_report.json"))
+        assert report["cache_state"] == "artifact-cold"
+        assert completion(container.port)["usage"]["completion_tokens"] == 8
+    finally:
+        container.remove()
+
+
+@pytest.mark.parametrize("podman_args,message", [
+    (("-e", "SGLANG_RVV_MODEL_DIR=/nowhere"),
+     "model directory /nowhere does not exist: mount a checkpoint there (-v ./my-model:/nowhere:ro) "
+     "or set SGLANG_RVV_MODEL_DIR"),
+    (("--read-only", "--tmpfs", "/tmp"),
+     "cannot create /var/cache/sglang-rvv/inductor/{key} (Read-only file system): mount a volume writable "
+     "by uid 10001 on /var/cache/sglang-rvv/inductor"),
+])
+def test_the_entrypoint_refuses_bad_setups_in_one_line(amd64_images, podman_args, message):
+    result = subprocess.run(["podman", "run", "--rm", "--no-healthcheck", *podman_args, amd64_images["model"]],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 64
+    lines = [line for line in result.stderr.splitlines() if "systemd" not in line]
+    key = lock_get(f"arch.{HOST_ARCH}.inductor_cache_key")
+    assert lines == [f"sglang-rvv entrypoint: error: {message.format(key=key)}"]
+
+
+def _content(image: str) -> dict:
+    script = REPO / "images" / "scripts" / "content-manifest.py"
+    out = subprocess.run(["podman", "run", "--rm", "--no-healthcheck", "--network=none", "--entrypoint", "python3",
+                          "-v", f"{script}:/tmp/content-manifest.py:ro", image, "/tmp/content-manifest.py"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def _image_id(image: str) -> str:
+    return subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_rebuilding_from_scratch_reproduces_the_content_manifest(amd64_images, build_logs):
+    image = amd64_images["model"]
+    before, before_id = _content(image), _image_id(image)
+    assert before["model"] and before["python_dists"] and before["debian_packages"]
+    run(["images/scripts/build-base.sh", "--force", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-base.log")
+    run(["images/scripts/build-runtime.sh", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-runtime.log")
+    run(["images/scripts/build-model.sh", HOST_ARCH], timeout=900, log=build_logs / "rebuild-model.log")
+    after, after_id = _content(image), _image_id(image)
+    for section in ("debian_packages", "python_dists", "model"):
+        differ = {k for k in before[section].keys() | after[section].keys()
+                  if before[section].get(k) != after[section].get(k)}
+        assert not differ, f"{section} differs after a rebuild: {sorted(differ)[:10]}"
+    print(f"model image id before {before_id[:12]}, after {after_id[:12]} "
+          f"({'identical' if before_id == after_id else 'different: see images/README.md, Reproducibility'})")
+    assert subprocess.run(["python3", LOCK_PY, "check"], capture_output=True).returncode == 0

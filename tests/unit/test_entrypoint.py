@@ -1,0 +1,131 @@
+"""The container entrypoint and the prewarmed Inductor cache check, without a container."""
+
+import json
+import os
+
+import pytest
+
+from sglang_rvv import entrypoint, inductor_cache
+from sglang_rvv.entrypoint import EXIT_USAGE, Refusal, plan, usable_cpus
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 64}))
+    (model / "model.safetensors").write_bytes(b"")
+    (model / "tokenizer.json").write_text("{}")
+    return model
+
+
+@pytest.fixture
+def environ(tmp_path, model_dir):
+    return {
+        "SGLANG_RVV_MODEL_DIR": str(model_dir),
+        "HOME": str(tmp_path / "home"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache" / "key"),
+        "SGLANG_RVV_WARM_CACHE": str(tmp_path / "warm"),
+    }
+
+
+def _warm_dir(tmp_path, model_dir, **changes):
+    warm = tmp_path / "warm"
+    (warm / "fxgraph" / "ab").mkdir(parents=True)
+    (warm / "fxgraph" / "ab" / "artifact").write_text("compiled")
+    manifest = {**inductor_cache.running_stack(model_dir), "shape_keys": ["o_proj m=1 64x64 explicit_packed"]}
+    manifest.update(changes)
+    (warm / inductor_cache.MANIFEST).write_text(json.dumps(manifest))
+    return warm
+
+
+def test_serve_plan_without_a_warm_cache_is_cold_and_lazy(environ, model_dir):
+    result = plan([], environ)
+    command = result.command
+    assert command[1:3] == ["-m", "sglang.launch_server"]
+    assert command[command.index("--model-path") + 1] == str(model_dir)
+    assert "--enable-cpu-rvv-inductor" in command and "--cpu-rvv-warmup" not in command
+    assert command[command.index("--port") + 1] == "30000"
+    assert result.env[inductor_cache.STATE_ENV] == "artifact-cold"
+    assert int(result.env["OMP_NUM_THREADS"]) == usable_cpus()
+    assert any("no prewarmed cache" in note for note in result.notes)
+    assert any("(LlamaForCausalLM)" in note for note in result.notes)
+
+
+def test_options_are_appended_and_commands_run_instead(environ):
+    assert plan(["--log-level", "debug"], environ).command[-2:] == ["--log-level", "debug"]
+    assert plan(["bash", "-c", "true"], environ).command == ["bash", "-c", "true"]
+
+
+def test_a_matching_warm_cache_is_seeded_and_warmed_up_at_load(tmp_path, environ, model_dir):
+    _warm_dir(tmp_path, model_dir)
+    result = plan([], {**environ, "OMP_NUM_THREADS": "3"})
+    assert result.env[inductor_cache.STATE_ENV] == "artifact-warm"
+    assert result.env["OMP_NUM_THREADS"] == "3"
+    assert "--cpu-rvv-warmup" in result.command
+    assert (tmp_path / "cache" / "key" / "fxgraph" / "ab" / "artifact").read_text() == "compiled"
+    assert any("artifact-warm" in note and "1 shape keys" in note for note in result.notes)
+    assert "--cpu-rvv-warmup" not in plan([], {**environ, "SGLANG_RVV_WARMUP": "0"}).command
+
+
+@pytest.mark.parametrize("field", ["torch_version", "cpu_capability", "compiler", "model_config_sha256"])
+def test_a_tampered_manifest_is_rejected_with_a_warning_and_nothing_is_copied(tmp_path, environ, model_dir, field):
+    _warm_dir(tmp_path, model_dir, **{field: "tampered"})
+    result = plan([], environ)
+    assert result.env[inductor_cache.STATE_ENV] == "artifact-cold"
+    assert "--cpu-rvv-warmup" not in result.command
+    warning = next(note for note in result.notes if note.startswith("warning:"))
+    assert "rejected" in warning and f"{field}: cache 'tampered'" in warning
+    assert not (tmp_path / "cache" / "key" / "fxgraph").exists()
+
+
+def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_dir):
+    warm = _warm_dir(tmp_path, model_dir)
+    (warm / inductor_cache.MANIFEST).write_text("{not json")
+    state = inductor_cache.check(warm, model_dir)
+    assert not state.warm and "unreadable" in state.reason
+    assert plan([], environ).env[inductor_cache.STATE_ENV] == "artifact-cold"
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda env, model: env.update(SGLANG_RVV_MODEL_DIR=str(model.parent / "absent")), "does not exist"),
+        (lambda env, model: (model / "config.json").write_text("{"), "not valid JSON"),
+        (lambda env, model: (model / "config.json").write_text("{}"), "names no 'architectures'"),
+        (lambda env, model: (model / "model.safetensors").unlink(), "no *.safetensors"),
+        (lambda env, model: (model / "tokenizer.json").unlink(), "no tokenizer"),
+        (lambda env, model: env.update(SGLANG_RVV_PORT="70000"), "not a TCP port"),
+        (lambda env, model: env.update(SGLANG_RVV_MAX_TOTAL_TOKENS="0"), "positive number"),
+        (lambda env, model: env.update(SGLANG_RVV_WARMUP="yes"), "auto, 1 or 0"),
+    ],
+)
+def test_refusals_are_one_clear_line_and_exit_64(environ, model_dir, monkeypatch, capsys, change, message):
+    change(environ, model_dir)
+    with pytest.raises(Refusal, match=message.replace("*", r"\*")):
+        plan([], environ)
+    monkeypatch.setattr(os, "environ", environ)
+    assert entrypoint.main([]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sglang-rvv entrypoint: error:") and message in err[0]
+
+
+def test_an_unwritable_cache_dir_is_refused(tmp_path, environ):
+    (tmp_path / "cache").write_text("a file where a directory should be")
+    with pytest.raises(Refusal, match="cannot create .*mount a volume"):
+        plan([], environ)
+
+
+def test_usable_cpus_honours_the_cgroup_quota(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert usable_cpus(tmp_path) == min(2, len(os.sched_getaffinity(0)))
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cpus(tmp_path) == len(os.sched_getaffinity(0))
+
+
+def test_a_debian_torch_is_announced(tmp_path):
+    lock = tmp_path / "lock.json"
+    lock.write_text(json.dumps({"torch": {"source": "debian", "version": "2.6", "debian_package": "python3-torch"}}))
+    assert "python3-torch" in entrypoint.torch_source_note(lock)
+    lock.write_text(json.dumps({"torch": {"source": "wheel", "version": "2.13.0+cpu"}}))
+    assert entrypoint.torch_source_note(lock) is None

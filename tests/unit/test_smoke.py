@@ -1,0 +1,137 @@
+"""The torch-only policy smoke (``python -m sglang_rvv.smoke``) on generated checkpoints."""
+
+import copy
+import json
+import platform
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from sglang_rvv import PolicyReport, RvvPolicyConfig, install_rvv_policy, smoke
+from sglang_rvv.adapters import hf_named_adapter
+from sglang_rvv.checkpoint import write_tiny_checkpoint
+from sglang_rvv.packed_state import BUFFER
+from sglang_rvv.policy import policy_of
+
+# Importing any of these fails in the smoke's subprocess: it must need torch alone.
+BLOCKED = ("transformers", "safetensors", "sglang", "tokenizers")
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def checkpoint(request, tmp_path_factory):
+    """A tiny generated checkpoint: Llama (untied lm_head) or Qwen3 (tied, q/k norms)."""
+    directory = tmp_path_factory.mktemp("smoke") / request.param
+    write_tiny_checkpoint(directory, request.param, seed=0)
+    return directory
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    code = (
+        "import sys\n"
+        f"for name in {BLOCKED!r}: sys.modules[name] = None\n"
+        "from sglang_rvv.smoke import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600)
+
+
+def test_cli_passes_without_transformers(checkpoint):
+    proc = _run_cli(str(checkpoint), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["passed"] and not result["failures"]
+    assert result["machine"] == platform.machine() and result["torch"] == torch.__version__
+    assert result["tied_lm_head"] is (checkpoint.name == "qwen3")
+    assert result["policy"]["adapter"] == "hf_named"
+    assert len(result["policy"]["packed"]) == 11 and len(result["policy"]["skipped"]) == 4  # k/v: N=256
+    assert set(result["routes"]["packed_eager"]) == {"1", "4", "8", "16"}  # decode, batch 3, prefill 5 and 15
+    comparison = result["comparison"]
+    assert comparison["picks"] == 4 * (smoke.DECODE_STEPS + 1) and comparison["equal_picks"] == comparison["picks"]
+    # strict JSON: bit-identical logits (the eager generic kernel on x86) give the string "inf"
+    assert all(db == "inf" or db >= smoke.MIN_SQNR_DB for db in comparison["prefill_sqnr_db"].values())
+
+
+def test_cli_text_report(checkpoint):
+    proc = _run_cli(str(checkpoint))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = proc.stdout
+    assert report.startswith("sglang_rvv smoke: PASSED")
+    assert f"machine {platform.machine()}" in report and f"torch {torch.__version__}" in report
+    assert "provider generic" in report and "packed 11" in report and "packed_eager" in report
+
+
+def test_decoder_is_transformers_bit_for_bit(checkpoint):
+    transformers = pytest.importorskip("transformers")
+    ours = smoke.load_model(checkpoint)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
+    ids = torch.tensor(smoke.PROMPTS)
+    cache = smoke.KVCache(ours.config.num_hidden_layers)
+    with torch.no_grad():
+        prefill = ours(ids, cache)
+        step = prefill[:, -1].argmax(-1, keepdim=True)
+        decode = ours(step, cache)
+        out = theirs(ids, use_cache=True)
+        their_decode = theirs(step, past_key_values=out.past_key_values).logits
+    assert torch.equal(prefill, out.logits)
+    assert torch.equal(decode, their_decode)
+    assert (ours.lm_head.weight is ours.model.embed_tokens.weight) is (checkpoint.name == "qwen3")
+
+
+def test_reader_matches_safetensors(checkpoint):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    theirs = safetensors_torch.load_file(checkpoint / "model.safetensors")
+    ours = smoke.read_safetensors(checkpoint / "model.safetensors")
+    assert ours.keys() == theirs.keys()
+    for name, tensor in theirs.items():
+        assert ours[name].dtype == tensor.dtype and torch.equal(ours[name], tensor), name
+
+
+def test_corrupted_packed_buffer_fails(checkpoint):
+    reference = smoke.load_model(checkpoint)
+    candidate = copy.deepcopy(reference)
+    report = install_rvv_policy(candidate, RvvPolicyConfig(regional_compile=False), adapter=hf_named_adapter())
+    assert "lm_head" in report.packed
+    # The weight is untouched, so the recorded source still matches: the stale buffer is used.
+    candidate.lm_head._buffers[BUFFER].neg_()
+
+    result = smoke.compare(reference, candidate)
+
+    assert not result.passed
+    assert any(f.startswith("prefill batch 1: logits SQNR") for f in result.failures), result.failures
+    assert any("row-major logit gap" in f for f in result.failures), result.failures
+    assert policy_of(candidate).counters[("lm_head", "packed_eager", "1")] > 0
+
+
+def test_policy_failures_need_the_packed_route():
+    report = PolicyReport(adapter="hf_named", packed=["lm_head"])
+    assert smoke.policy_failures(report, {"packed_eager": {"1": 3, "4": 1}}, regional_compile=False) == []
+    (failure,) = smoke.policy_failures(report, {"packed_eager": {"1": 3}}, regional_compile=False)
+    assert "route packed_eager was not taken with bucket(s) 4" in failure
+    (failure,) = smoke.policy_failures(report, {"packed_eager": {"1": 3, "4": 1}}, regional_compile=True)
+    assert "packed_compiled" in failure
+    (failure,) = smoke.policy_failures(PolicyReport(adapter=None, reason="why"), {}, False)
+    assert failure == "the policy was not installed: why"
+
+
+def test_unsupported_model_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mistral"}))
+    assert smoke.main([str(tmp_path)]) == 2
+    assert "model_type 'mistral' is not one of" in capsys.readouterr().err
+    assert smoke.main([str(tmp_path / "missing")]) == 2
+
+
+def test_hf_named_adapter_install_api(checkpoint):
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    report = install_rvv_policy(plain, adapter=hf_named_adapter())
+    assert report.adapter is None and report.reason.startswith("adapter 'hf_named' does not fit Sequential")
+
+    model = smoke.load_model(checkpoint)
+    assert install_rvv_policy(model, RvvPolicyConfig(regional_compile=False)).adapter is None  # no class match
+    config = RvvPolicyConfig(regional_compile=False)
+    assert install_rvv_policy(model, config, adapter=hf_named_adapter()).adapter == "hf_named"
+    assert install_rvv_policy(model, config, adapter=hf_named_adapter()).adapter == "hf_named"  # equal adapters
+    assert install_rvv_policy(model, config).adapter == "hf_named"  # a re-install keeps the adapter
+    with pytest.raises(ValueError, match="cannot switch to 'other'"):
+        install_rvv_policy(model, config, adapter=hf_named_adapter("other"))

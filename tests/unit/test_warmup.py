@@ -1,0 +1,44 @@
+"""Warm-up: every compiled key of a model before the first call."""
+
+import torch
+
+from sglang_rvv import RvvPolicyConfig, install_rvv_policy, routing
+from sglang_rvv.policy import policy_of
+from sglang_rvv.warmup import inductor_cache_counts, warm_up
+
+
+def _expected_keys(policy):
+    keys = set()
+    for module, route in policy.routes():
+        if route.status != routing.PACKED:
+            continue
+        n, k = module.weight.shape
+        for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):
+            if rows * n * k >= routing.MIN_WORK:
+                keys.add(f"{route.projection} m={rows} {n}x{k} {routing.EXPLICIT_PACKED}")
+    return keys
+
+
+def test_warm_up_compiles_every_bucket_and_later_calls_compile_nothing(llama):
+    install_rvv_policy(llama)
+    policy = policy_of(llama)
+    report = warm_up(policy)
+
+    expected = _expected_keys(policy)
+    assert len(expected) >= 20  # o/gate/up/down x 8 buckets minus the small-work ones
+    assert expected <= set(report.keys)
+    assert not policy.counters, "warm-up calls must not show up in the routing counters"
+    assert "shape keys" in report.summary()
+
+    before = inductor_cache_counts()
+    with torch.no_grad():
+        for rows in (1, 3, 7, 16, 40, 128):
+            llama(torch.randint(0, 2000, (1, rows)))
+    assert inductor_cache_counts() == before, "a call after warm-up compiled or loaded an artifact"
+    assert policy.counters.by_route().get(routing.PACKED_COMPILED, 0) > 0
+
+
+def test_warm_up_without_regional_compile_does_nothing(llama):
+    install_rvv_policy(llama, RvvPolicyConfig(regional_compile=False))
+    report = warm_up(policy_of(llama))
+    assert report.keys == [] and report.compiled == 0
