@@ -138,16 +138,18 @@ def _image_id(image: str) -> str:
 
 def test_rebuilding_from_scratch_reproduces_the_content_manifest(amd64_images, build_logs):
     image = amd64_images["model"]
-    before, before_id = _content(image), _image_id(image)
+    base = f"localhost/sglang-rvv-base:{lock_get(f'arch.{HOST_ARCH}.debian_suite')}-{HOST_ARCH}"
+    before, before_id, base_before = _content(image), _image_id(image), _image_id(base)
     assert before["model"] and before["python_dists"] and before["debian_packages"]
     run(["images/scripts/build-base.sh", "--force", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-base.log")
-    run(["images/scripts/build-runtime.sh", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-runtime.log")
-    run(["images/scripts/build-model.sh", HOST_ARCH], timeout=900, log=build_logs / "rebuild-model.log")
-    after, after_id = _content(image), _image_id(image)
+    run(["images/scripts/build-runtime.sh", "--force", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-runtime.log")
+    run(["images/scripts/build-model.sh", "--force", HOST_ARCH], timeout=900, log=build_logs / "rebuild-model.log")
+    after, after_id, base_after = _content(image), _image_id(image), _image_id(base)
     for section in ("debian_packages", "python_dists", "model"):
         differ = {k for k in before[section].keys() | after[section].keys()
                   if before[section].get(k) != after[section].get(k)}
         assert not differ, f"{section} differs after a rebuild: {sorted(differ)[:10]}"
-    print(f"model image id before {before_id[:12]}, after {after_id[:12]} "
-          f"({'identical' if before_id == after_id else 'different: see images/README.md, Reproducibility'})")
+    for name, old, new in (("base", base_before, base_after), ("model", before_id, after_id)):
+        print(f"{name} image id before {old[:12]}, after {new[:12]} "
+              f"({'identical' if old == new else 'different: see images/README.md, Reproducibility'})")
     assert subprocess.run(["python3", LOCK_PY, "check"], capture_output=True).returncode == 0
