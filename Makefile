@@ -14,7 +14,10 @@ PORT ?= 30000
 .DEFAULT_GOAL := help
 include images/images.mk
 
-.PHONY: help venv check test lint bench bench-serve serve clean
+# The board's inventory (see ansible/inventory/example.yml).
+INVENTORY ?= ansible/inventory/example.yml
+
+.PHONY: help venv check test lint bench bench-serve serve clean provision
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
@@ -26,6 +29,7 @@ help:
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
+	@echo "make provision INVENTORY=FILE - preflight a Banana Pi BPI-F3 with Ansible (more roles to come)"
 	@echo "make lock   - refresh images/lock.toml's derived pins (versions, digests, cache keys) and check it"
 
 venv: $(VENV)/.installed
@@ -60,6 +64,9 @@ bench: venv
 
 bench-serve: venv
 	$(PY) -m sglang_rvv.bench one-batch
+
+provision: venv
+	cd ansible && ../$(VENV)/bin/ansible-playbook -i $(abspath $(INVENTORY)) provision.yml
 
 clean:
 	rm -rf $(VENV) .cache

@@ -16,8 +16,8 @@ ARCH ?= $(IMAGES_HOST_ARCH)
 MODEL ?= $(shell python3 $(IMAGES_SCRIPTS)/lock.py get models.default)
 CACHE ?= cold
 PORT ?= 30000
-# podman-compose comes from the locked venv when there is one (podman 4.3 has no `podman compose`).
-PODMAN_COMPOSE ?= $(firstword $(wildcard $(CURDIR)/.venv/bin/podman-compose) podman-compose)
+# podman-compose comes from the locked venv (podman 4.3 has no `podman compose`): up and down need it.
+PODMAN_COMPOSE ?= $(CURDIR)/.venv/bin/podman-compose
 IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RVV_MODEL=$(MODEL) SGLANG_RVV_CACHE=$(CACHE)
 
 .PHONY: image image-base image-runtime image-model image-cache images-setup lock up down
@@ -44,8 +44,8 @@ image-cache: image-model
 image: $(if $(filter warm,$(CACHE)),image-cache,image-model)
 	@case "$(CACHE)" in cold|warm) ;; *) echo "CACHE=$(CACHE): use cold or warm" >&2; exit 2 ;; esac
 
-up: image
+up: venv image
 	$(IMAGES_ENV) $(IMAGES_SCRIPTS)/compose.sh up $(ARCH)
 
-down:
+down: venv
 	$(IMAGES_ENV) $(IMAGES_SCRIPTS)/compose.sh down
