@@ -13,6 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK_PY = REPO / "images" / "scripts" / "lock.py"
+HEALTHCHECK = "/usr/local/lib/sglang-rvv/healthcheck.py"  # compose.yaml's healthcheck, for plain podman run
 HOST_ARCH = {"x86_64": "amd64", "riscv64": "riscv64", "aarch64": "arm64"}[os.uname().machine]
 
 
@@ -45,7 +46,8 @@ class Container:
     def __init__(self, image: str, *, podman_args: tuple[str, ...] = (), args: tuple[str, ...] = ()):
         self.port = free_port()
         self.id = subprocess.run(
-            ["podman", "run", "-d", "--init", "-p", f"127.0.0.1:{self.port}:30000", *podman_args, image, *args],
+            ["podman", "run", "-d", "--init", "-p", f"127.0.0.1:{self.port}:30000", "--health-cmd", HEALTHCHECK,
+             *podman_args, image, *args],
             check=True, capture_output=True, text=True,
         ).stdout.strip()
 

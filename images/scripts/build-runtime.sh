@@ -96,7 +96,7 @@ build_image() {
   local ctx="$1" base="$2" digest="$3" labels
   mapfile -t labels < <(python3 "${LOCK_PY}" labels "${ARCH}" runtime)
   podman build \
-    --pull=never --network=none --layers=false --arch "${ARCH}" --format docker \
+    --pull=never --network=none --layers=false --arch "${ARCH}" --format oci \
     --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
     --build-arg "BASE_IMAGE=${base}" \
     --build-arg "SOURCE_DATE_EPOCH=$(lock base.source_date_epoch)" \

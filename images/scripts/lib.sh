@@ -65,7 +65,7 @@ build_and_promote() {
   shift 3
   TMP_REF="${image}-tmp-$$"
   podman build --quiet \
-    --pull=never --network=none --layers=false --arch "${ARCH}" --format docker \
+    --pull=never --network=none --layers=false --arch "${ARCH}" --format oci \
     --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
     "$@" --tag "${TMP_REF}" --file "${file}" "${ctx}" >/dev/null
   promote_image "${TMP_REF}" "${image}"
