@@ -42,6 +42,8 @@ main() {
   model_image=$(image_name model "${ARCH}" "${MODEL}")
   image=$(image_name cache "${ARCH}" "${MODEL}")
   image_exists "${model_image}" || die "model image ${model_image} not found: run images/scripts/build-model.sh ${ARCH} ${MODEL}"
+  [[ $(image_label "${model_image}" "${LABEL_PREFIX}.serving") != unavailable ]] \
+    || die "${model_image} cannot serve (no SGLang: ${ARCH} without the patched wheelhouse), so there is nothing to warm; build with CACHE=cold"
   inputs=$(podman image inspect --format '{{.Id}}' "${model_image}")
   if ((!FORCE)) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.cache-inputs") == "${inputs}" ]]; then
     log "${image} is up to date (cache-inputs ${inputs:0:12})"

@@ -24,7 +24,7 @@ main() {
   runtime=$(image_name runtime "${ARCH}")
   image=$(image_name model "${ARCH}" "${MODEL}")
   image_exists "${runtime}" || die "runtime image ${runtime} not found: run images/scripts/build-runtime.sh ${ARCH}"
-  dir=$("${IMAGES_DIR}/scripts/model.sh" "${MODEL}" "${ARCH}")
+  dir=$("${IMAGES_DIR}/scripts/model.sh" "${MODEL}")
   inputs=$({ podman image inspect --format '{{.Id}}' "${runtime}"; lock "models.${MODEL}"; } | sha256sum | cut -c1-64)
   if ((!FORCE)) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.model-inputs") == "${inputs}" ]]; then
     log "${image} is up to date (model-inputs ${inputs:0:12})"
