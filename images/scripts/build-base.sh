@@ -24,7 +24,9 @@ up_to_date() {
 }
 
 # Downloaded .debs are kept in BUILD_DIR/debs-SUITE-ARCH between builds (mmdebstrap's
-# sync-in/sync-out recipe); the image itself never contains them.
+# sync-in/sync-out recipe); the image itself never contains them. apt's partial/ keeps the
+# apt package's old mtime unless apt downloaded something, and the SOURCE_DATE_EPOCH clamp
+# only lowers mtimes: the touch makes a build with a filled cache equal a cold one.
 make_rootfs() {
   local out="$1" workdir="$2" packages mirror suite cache
   suite=$(lock "arch.${ARCH}.debian_suite")
@@ -52,6 +54,7 @@ make_rootfs() {
     --dpkgopt='path-exclude=/usr/share/info/*' \
     --customize-hook="'${IMAGES_DIR}/base/customize.sh' \"\$1\" '$(lock "arch.${ARCH}.debian_version")' '$(lock "arch.${ARCH}.python")' '${workdir}/base.json'" \
     --customize-hook="sync-out /var/cache/apt/archives '${cache}'" \
+    --customize-hook="touch -d @\${SOURCE_DATE_EPOCH} \"\$1/var/cache/apt/archives/partial\"" \
     "${suite}" "${out}" "${mirror}"
 }
 
