@@ -97,6 +97,15 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _omp_threads(text: str) -> str:
+    """OMP_NUM_THREADS as given, or the usable CPUs when unset or empty (compose passes '')."""
+    if not text:
+        return str(usable_cpus())
+    if not text.isdigit() or int(text) < 1:
+        raise Refusal(f"OMP_NUM_THREADS={text!r} must be a positive thread count, or unset for every usable CPU")
+    return text
+
+
 def _max_total_tokens(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise Refusal(f"SGLANG_RVV_MAX_TOTAL_TOKENS={text!r} must be a positive number of tokens")
@@ -145,6 +154,7 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     architecture = validate_model_dir(model_dir)
     port = _port(env.get("SGLANG_RVV_PORT", "30000"))
     max_total_tokens = _max_total_tokens(env.get("SGLANG_RVV_MAX_TOTAL_TOKENS", "4096"))
+    env["OMP_NUM_THREADS"] = _omp_threads(env.get("OMP_NUM_THREADS", ""))
     home = Path(env.get("HOME", "/tmp/home"))
     _writable_dir(home, "mount a tmpfs on /tmp (the root filesystem may be read-only)")
     cache_dir = Path(env.get("TORCHINDUCTOR_CACHE_DIR") or home / ".cache" / "torchinductor")
@@ -165,7 +175,6 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     else:
         notes.append(f"Inductor cache: {state}")
     env[inductor_cache.STATE_ENV] = "artifact-warm" if state.warm else "artifact-cold"
-    env.setdefault("OMP_NUM_THREADS", str(usable_cpus()))
     extra = ["--cpu-rvv-warmup"] if _warmup_wanted(env.get("SGLANG_RVV_WARMUP", "auto"), state.warm) else []
     notes.append(f"serving {model_dir} ({architecture}) on {env.get('SGLANG_RVV_HOST', '0.0.0.0')}:{port} "
                  f"with OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")

@@ -4,7 +4,7 @@
 #   images/scripts/compose.sh up [ARCH]     start, wait for the healthcheck, print a curl line
 #   images/scripts/compose.sh down          stop and remove (the Inductor cache volume stays)
 #
-# Environment: PODMAN_COMPOSE (podman-compose), SGLANG_RVV_PORT (30000), SGLANG_RVV_MODEL
+# Environment: PODMAN_COMPOSE (podman-compose; "podman compose" works too), SGLANG_RVV_PORT (30000), SGLANG_RVV_MODEL
 # (models.default of images/lock.toml), SGLANG_RVV_CACHE (cold: the model image; warm: the
 # image with the prewarmed Inductor cache), SGLANG_RVV_IMAGE (overrides both),
 # SGLANG_RVV_UP_TIMEOUT (600 s); the rest of compose.yaml's variables pass through.
@@ -22,10 +22,11 @@ SERVICE=sglang
 # podman-compose, minus podman's "unable to get systemd connection" healthcheck-timer
 # noise. Filtered through a file, not a pipe: conmon outlives the command and would
 # hold a pipe open (and whoever reads it) forever.
+read -ra COMPOSE_CMD <<<"${PODMAN_COMPOSE:-podman-compose}"
 compose() {
   local err rc=0
   err=$(mktemp)
-  "${PODMAN_COMPOSE:-podman-compose}" -f "${COMPOSE_FILE}" "$@" 2>"${err}" || rc=$?
+  "${COMPOSE_CMD[@]}" -f "${COMPOSE_FILE}" "$@" 2>"${err}" || rc=$?
   grep -v 'unable to get systemd connection' "${err}" >&2 || true
   rm -f "${err}"
   return "${rc}"
@@ -76,7 +77,7 @@ MSG
 down() { compose down; }
 
 main() {
-  need_cmd podman "${PODMAN_COMPOSE:-podman-compose}"
+  need_cmd podman "${COMPOSE_CMD[0]}"
   case "${1:-}" in
     up) shift; up "$@" ;;
     down) down ;;

@@ -48,6 +48,8 @@ def test_serve_plan_without_a_warm_cache_is_cold_and_lazy(environ, model_dir):
     assert command[command.index("--port") + 1] == "30000"
     assert result.env[inductor_cache.STATE_ENV] == "artifact-cold"
     assert int(result.env["OMP_NUM_THREADS"]) == usable_cpus()
+    # compose passes OMP_NUM_THREADS="" when the board sets no thread count: same as unset.
+    assert int(plan([], {**environ, "OMP_NUM_THREADS": ""}).env["OMP_NUM_THREADS"]) == usable_cpus()
     assert any("no prewarmed cache" in note for note in result.notes)
     assert any("(LlamaForCausalLM)" in note for note in result.notes)
 
@@ -98,6 +100,7 @@ def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_d
         (lambda env, model: env.update(SGLANG_RVV_PORT="70000"), "not a TCP port"),
         (lambda env, model: env.update(SGLANG_RVV_MAX_TOTAL_TOKENS="0"), "positive number"),
         (lambda env, model: env.update(SGLANG_RVV_WARMUP="yes"), "auto, 1 or 0"),
+        (lambda env, model: env.update(OMP_NUM_THREADS="all"), "positive thread count"),
     ],
 )
 def test_refusals_are_one_clear_line_and_exit_64(environ, model_dir, monkeypatch, capsys, change, message):
