@@ -16,8 +16,10 @@ include images/images.mk
 
 # The board's inventory (see ansible/inventory/example.yml).
 INVENTORY ?= ansible/inventory/example.yml
+# The board's playbooks (ansible/): provision, build, deploy, reproduce; site = the first three.
+BOARD_PLAYBOOKS := provision build deploy reproduce site
 
-.PHONY: help venv check test lint bench bench-serve serve clean provision
+.PHONY: help venv check test lint bench bench-serve serve clean $(BOARD_PLAYBOOKS)
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
@@ -29,7 +31,9 @@ help:
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
-	@echo "make provision INVENTORY=FILE - preflight a Banana Pi BPI-F3 with Ansible (more roles to come)"
+	@echo "make provision INVENTORY=FILE - check a Banana Pi BPI-F3, install podman, tune it (Ansible)"
+	@echo "make build / deploy / reproduce INVENTORY=FILE - build the images on the board / serve them / benchmark there"
+	@echo "make site INVENTORY=FILE - provision + build + deploy (ANSIBLE_ARGS='-e sglang_rvv_model=...' passes variables)"
 	@echo "make lock   - refresh images/lock.toml's derived pins (versions, digests, cache keys) and check it"
 
 venv: $(VENV)/.installed
@@ -65,8 +69,8 @@ bench: venv
 bench-serve: venv
 	$(PY) -m sglang_rvv.bench one-batch
 
-provision: venv
-	cd ansible && ../$(VENV)/bin/ansible-playbook -i $(abspath $(INVENTORY)) provision.yml
+$(BOARD_PLAYBOOKS): venv
+	cd ansible && ../$(VENV)/bin/ansible-playbook -i $(abspath $(INVENTORY)) $@.yml $(ANSIBLE_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache

@@ -25,6 +25,11 @@ class RvvPolicyConfig:
             its weight changed (``.to()``, a replaced or in-place-bumped weight).
             Off, such projections are freed and run row-major (route
             ``row_major_invalid``) until the next install or repacking invalidate.
+        measure_routes: at warm-up, time each compiled bucket's packed callable
+            against row-major ``F.linear`` and send the buckets where packed
+            loses row-major (route ``row_major_measured``); the table is kept
+            in the Inductor cache directory. Off, every bucket takes the packed
+            route, as without a warm-up.
     """
 
     packed_weight_mode: str = "explicit"
@@ -32,6 +37,7 @@ class RvvPolicyConfig:
     regional_compile: bool = True
     memory_budget_mib: float | None = None
     eager_repack: bool = True
+    measure_routes: bool = True
 
     def __post_init__(self) -> None:
         if self.packed_weight_mode not in PACKED_WEIGHT_MODES:

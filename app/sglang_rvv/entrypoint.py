@@ -16,8 +16,9 @@ is one line on stderr and exit status 64.
 Environment (defaults in brackets): ``SGLANG_RVV_MODEL_DIR`` [/models/model],
 ``SGLANG_RVV_HOST`` [0.0.0.0], ``SGLANG_RVV_PORT`` [30000],
 ``SGLANG_RVV_MAX_TOTAL_TOKENS`` [4096], ``SGLANG_RVV_WARM_CACHE`` [the image's
-prewarmed cache directory], ``SGLANG_RVV_WARMUP`` [auto: compile every shape key
-at load when the cache is warm, which then only loads artifacts; 1/0 force it],
+prewarmed cache directory], ``SGLANG_RVV_WARMUP`` [1: compile every shape key
+and measure the route table at load (with a warm cache this only loads artifacts);
+0: compile at first use, every bucket packed],
 ``TORCHINDUCTOR_CACHE_DIR`` (writable; set by the image), ``OMP_NUM_THREADS``.
 """
 
@@ -133,12 +134,10 @@ def torch_source_note(lock_path: Path = IMAGE_LOCK) -> str | None:
     return None
 
 
-def _warmup_wanted(setting: str, warm: bool) -> bool:
-    if setting == "auto":
-        return warm
-    if setting in ("1", "0"):
-        return setting == "1"
-    raise Refusal(f"SGLANG_RVV_WARMUP={setting!r} must be auto, 1 or 0")
+def _warmup_args(setting: str) -> list[str]:
+    if setting not in ("1", "0"):
+        raise Refusal(f"SGLANG_RVV_WARMUP={setting!r} must be 1 (warm up at load, the default) or 0")
+    return [] if setting == "1" else ["--no-cpu-rvv-warmup"]
 
 
 def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
@@ -175,7 +174,7 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     else:
         notes.append(f"Inductor cache: {state}")
     env[inductor_cache.STATE_ENV] = "artifact-warm" if state.warm else "artifact-cold"
-    extra = ["--cpu-rvv-warmup"] if _warmup_wanted(env.get("SGLANG_RVV_WARMUP", "auto"), state.warm) else []
+    extra = _warmup_args(env.get("SGLANG_RVV_WARMUP", "1"))
     notes.append(f"serving {model_dir} ({architecture}) on {env.get('SGLANG_RVV_HOST', '0.0.0.0')}:{port} "
                  f"with OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
     command = [

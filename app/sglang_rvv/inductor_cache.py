@@ -11,6 +11,12 @@ A cache is never trusted on faith and never stops a start.
 Only the config matters of the model: artifacts depend on shapes, which the
 config fixes, never on weight values.
 
+The warm-up's measured route table (:data:`ROUTE_TABLE`) lives in the same
+directory, so it ships and seeds with the artifacts. It carries its own stack
+(the CPU model, op provider and thread count on top of torch and the ISA) and
+is checked the same way, each time it is read: a table measured elsewhere is
+ignored and measured again, never trusted.
+
 ::
 
     python -m sglang_rvv.inductor_cache warm MODEL_DIR CACHE_DIR   # compile every key, write the manifest
@@ -33,6 +39,10 @@ from pathlib import Path
 
 MANIFEST = "sglang_rvv_cache_manifest.json"
 SCHEMA = 1
+ROUTE_TABLE = "sglang_rvv_route_table.json"
+ROUTE_TABLE_SCHEMA = 1
+ROUTE_TABLE_FIELDS = ("projection", "bucket", "out_features", "in_features", "packed_us", "row_major_us", "route")
+ROUTE_CHOICES = ("packed", "row_major")
 # Set by the container entrypoint to artifact-warm/-cold; the plugin copies it into the policy report.
 STATE_ENV = "SGLANG_RVV_CACHE_STATE"
 # Manifest fields that describe the cache but do not decide whether it is usable.
@@ -61,21 +71,78 @@ def _app_version() -> str:
         return __version__
 
 
-def running_stack(model_dir: str | os.PathLike) -> dict:
-    """What a cache must have been built with to be used here."""
+def _cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo ("model name" on x86, "isa"/"uarch" on RISC-V)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    first_cpu = text.split("\n\n")[0]
+    fields = dict(line.split(":", 1) for line in first_cpu.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    found = [fields[key] for key in ("model name", "isa", "uarch") if key in fields]
+    return "; ".join(found) or platform.processor() or "unknown"
+
+
+def _torch_stack() -> dict:
+    """The software and ISA both compiled artifacts and timings depend on."""
     import torch
 
-    config = Path(model_dir) / "config.json"
     return {
-        "schema": SCHEMA,
         "torch_version": torch.__version__,
         "torch_git": torch.version.git_version,
         "app_version": _app_version(),
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def running_stack(model_dir: str | os.PathLike) -> dict:
+    """What a cache must have been built with to be used here."""
+    config = Path(model_dir) / "config.json"
+    return {
+        "schema": SCHEMA,
+        **_torch_stack(),
         "compiler": _compiler_version(),
         "model_config_sha256": hashlib.sha256(config.read_bytes()).hexdigest(),
     }
+
+
+def route_table_stack() -> dict:
+    """What a route table must have been measured on to be used here."""
+    import torch
+
+    from .ops import PROVIDER_NAME
+
+    return {
+        "schema": ROUTE_TABLE_SCHEMA,
+        **_torch_stack(),
+        "cpu_model": _cpu_model(),
+        "provider": PROVIDER_NAME,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _read_object(path: Path) -> dict:
+    """The JSON object in ``path``; raises OSError or ValueError."""
+    value = json.loads(path.read_text())
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _differences(recorded: dict, running: dict) -> list[str]:
+    return [
+        f"{key}: cache {recorded.get(key)!r}, running {value!r}"
+        for key, value in running.items() if recorded.get(key) != value
+    ]
+
+
+def _write_object(path: Path, value: dict) -> None:
+    """Write atomically: a reader (or another rank writing too) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 @dataclass(frozen=True)
@@ -93,24 +160,60 @@ def check(cache_dir: str | os.PathLike, model_dir: str | os.PathLike) -> CacheSt
     if not path.exists():
         return CacheState(False, f"no prewarmed cache: {path} is absent")
     try:
-        manifest = json.loads(path.read_text())
-        if not isinstance(manifest, dict):
-            raise ValueError("not a JSON object")
+        manifest = _read_object(path)
     except (OSError, ValueError) as error:
         return CacheState(False, f"prewarmed cache rejected: {path} is unreadable ({error})")
-    want = running_stack(model_dir)
-    differ = [
-        f"{key}: cache {manifest.get(key)!r}, running {value!r}"
-        for key, value in want.items() if manifest.get(key) != value
-    ]
+    differ = _differences(manifest, running_stack(model_dir))
     if differ:
         return CacheState(False, "prewarmed cache rejected, " + "; ".join(differ))
     keys = manifest.get("shape_keys") or []
     return CacheState(True, f"prewarmed cache of {len(keys)} shape keys matches this stack")
 
 
+def _check_entries(entries) -> None:
+    if not isinstance(entries, list):
+        raise ValueError("'entries' is not a list")
+    for entry in entries:
+        if not isinstance(entry, dict) or not set(ROUTE_TABLE_FIELDS) <= entry.keys():
+            raise ValueError(f"an entry lacks one of {ROUTE_TABLE_FIELDS}: {entry!r}")
+        if entry["route"] not in ROUTE_CHOICES:
+            raise ValueError(f"an entry's route is {entry['route']!r}, not one of {ROUTE_CHOICES}")
+
+
+def read_route_table(cache_dir: str | os.PathLike) -> tuple[list[dict], str | None]:
+    """The entries of ``cache_dir``'s route table, and why they were rejected (``None`` if not).
+
+    An absent table is no entries and no rejection; an unreadable one, or one
+    measured on another stack, is no entries and the reason.
+    """
+    path = Path(cache_dir) / ROUTE_TABLE
+    if not path.exists():
+        return [], None
+    try:
+        table = _read_object(path)
+        _check_entries(table.get("entries"))
+    except (OSError, ValueError) as error:
+        return [], f"{path} is unreadable ({error})"
+    differ = _differences(table, route_table_stack())
+    if differ:
+        return [], f"{path} was measured on another stack: " + "; ".join(differ)
+    return table["entries"], None
+
+
+def write_route_table(cache_dir: str | os.PathLike, entries: list[dict]) -> Path:
+    path = Path(cache_dir) / ROUTE_TABLE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_object(path, {**route_table_stack(), "entries": entries})
+    return path
+
+
 def seed(warm_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> int:
-    """Copy the prewarmed artifacts into the writable cache directory; returns the files copied."""
+    """Copy the prewarmed artifacts into the writable cache directory; returns the files copied.
+
+    The route table comes along. A table already in ``cache_dir`` is kept, like
+    any file there: it was measured by an earlier start, and the warm-up
+    re-measures it anyway if it does not match the running stack.
+    """
     warm_dir, cache_dir = Path(warm_dir), Path(cache_dir)
     copied = 0
     for source in warm_dir.rglob("*"):
@@ -149,6 +252,10 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout:
     warmup = report.get("warmup")
     if not warmup or not warmup.get("keys"):
         raise RuntimeError(f"the server compiled no shape keys (policy report: {report.get('reason') or report})")
+    # The server's warm-up wrote the route table into its Inductor cache dir, this one.
+    routes = warmup.get("route_table") or []
+    if routes and not (cache_dir / ROUTE_TABLE).exists():
+        raise RuntimeError(f"the server measured {len(routes)} routes but wrote no {cache_dir / ROUTE_TABLE}")
     manifest = {
         **running_stack(model_dir),
         "shape_keys": warmup["keys"],
@@ -156,11 +263,11 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout:
         "model_dir": str(model_dir),
         "created": int(time.time()),
     }
-    tmp = cache_dir / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    tmp.replace(cache_dir / MANIFEST)
+    _write_object(cache_dir / MANIFEST, manifest)
+    row_major = sum(entry["route"] == "row_major" for entry in routes)
     print(f"warm cache ready in {time.monotonic() - began:.0f} s: {len(warmup['keys'])} shape keys, "
-          f"{warmup['compiled']} compiled, {warmup['cache_hits']} already cached", file=sys.stderr)
+          f"{warmup['compiled']} compiled, {warmup['cache_hits']} already cached; route table: "
+          f"{row_major} of {len(routes)} buckets row-major", file=sys.stderr)
     return manifest
 
 

@@ -68,6 +68,9 @@ class RvvPolicy:
         self.adapter = adapter
         self.config = config
         self.counters = routing.Counters()
+        # Shape keys the warm-up's route table sends row-major. Shape-based, so
+        # re-plans and repacks keep it; only a new warm-up replaces it.
+        self.measured_row_major: set[routing.RegionalShapeKey] = set()
         self.report = PolicyReport(adapter=adapter.name)
 
     def _entries(self):

@@ -3,7 +3,9 @@
 Every routed projection call lands in :meth:`ModuleRoute.__call__`. It maps the
 flattened row count M to a bucket, checks the gate, and runs either a packed
 callable for the bucket (zero-padding M up to the bucket, slicing after) or
-row-major ``F.linear``. Each call is counted by (projection, route, bucket).
+row-major ``F.linear``, which also serves the buckets where the warm-up's
+measured route table found the packed callable slower (see
+:mod:`sglang_rvv.warmup`). Each call is counted by (projection, route, bucket).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ ROW_MAJOR_COMPILED = "row_major_compiled"  # regional compile with packing off
 ROW_MAJOR_GATE = "row_major_gate"
 ROW_MAJOR_INVALID = "row_major_invalid"
 ROW_MAJOR_BUDGET = "row_major_budget"
+ROW_MAJOR_MEASURED = "row_major_measured"  # the measured route table found packed slower here
 ROUTES = (
     PACKED_COMPILED, PACKED_EAGER, ROW_MAJOR_COMPILED,
-    ROW_MAJOR_GATE, ROW_MAJOR_INVALID, ROW_MAJOR_BUDGET,
+    ROW_MAJOR_GATE, ROW_MAJOR_INVALID, ROW_MAJOR_BUDGET, ROW_MAJOR_MEASURED,
 )
 NO_BUCKET = "none"
 
@@ -202,9 +205,10 @@ class ModuleRoute:
         if route == PACKED_EAGER:
             fn = _packed_rows
         else:
-            fn = compiled_callable(RegionalShapeKey(
-                input.dtype, "cpu", self.projection, bucket, out_features, in_features, mode
-            ))
+            key = RegionalShapeKey(input.dtype, "cpu", self.projection, bucket, out_features, in_features, mode)
+            if config.measure_routes and key in policy.measured_row_major:
+                return self._row_major(ROW_MAJOR_MEASURED, bucket, input, weight, bias)
+            fn = compiled_callable(key)
         policy.counters[(self.projection, route, str(bucket))] += 1
         flat = input.reshape(rows, in_features)
         if bucket != rows:

@@ -105,7 +105,7 @@ build_image() {
     --build-arg "INDUCTOR_CACHE_KEY=$(lock "arch.${ARCH}.inductor_cache_key")" \
     "${labels[@]}" \
     --label "${LABEL_PREFIX}.context-digest=${digest}" \
-    --label "org.opencontainers.image.revision=$(git -C "${REPO_DIR}" rev-parse HEAD 2>/dev/null || echo unknown)" \
+    --label "org.opencontainers.image.revision=$(source_revision)" \
     --tag "${TMP_REF}" \
     --file "${ctx}/Containerfile" "${ctx}"
 }

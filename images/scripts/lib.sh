@@ -37,6 +37,19 @@ host_arch() {
 
 image_exists() { podman image exists "$1"; }
 
+# The commit this tree is: git's HEAD, or in a `git archive` export (Ansible's build role
+# ships one) the hash git wrote into images/REVISION; "unknown" otherwise.
+source_revision() {
+  local revision
+  if revision=$(git -C "${REPO_DIR}" rev-parse HEAD 2>/dev/null); then
+    echo "${revision}"
+  elif revision=$(<"${IMAGES_DIR}/REVISION") && [[ ${revision} =~ ^[0-9a-f]{40}$ ]]; then
+    echo "${revision}"
+  else
+    echo unknown
+  fi
+}
+
 # promote_image SRC DEST...: tag SRC as every DEST, then drop the temporary SRC name
 # (atomic from the reader's side: a DEST names either the old image or the complete
 # new one). Images the DESTs named before are removed once nothing names them.

@@ -64,6 +64,11 @@ def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd
         run(["make", "down"], timeout=300)
 
 
+def _cache_dir() -> str:
+    """The container's Inductor cache directory (one per cache key, on the cache volume)."""
+    return f"/var/cache/sglang-rvv/inductor/{lock_get(f'arch.{HOST_ARCH}.inductor_cache_key')}"
+
+
 def test_the_warm_image_loads_every_key_from_its_cache_and_compiles_nothing(amd64_images):
     manifest = json.loads(_in_image(amd64_images["warm"], "cat", MANIFEST_IN_IMAGE))
     cold_compiles = manifest["warmup"]["compiled"]
@@ -81,6 +86,10 @@ def test_the_warm_image_loads_every_key_from_its_cache_and_compiles_nothing(amd6
         assert keys == len(manifest["shape_keys"])
         assert compiles < cold_compiles and compiles == 0
         assert hits == keys
+        # The route table measured at build time came with the cache: nothing is re-measured.
+        report = json.loads(container.exec("cat", f"{_cache_dir()}/sglang_rvv_report.json"))
+        table = report["warmup"]["route_table"]
+        assert table and {entry["source"] for entry in table} == {"cache"}, table
         assert completion(container.port)["usage"]["completion_tokens"] == 8
     finally:
         container.remove()
@@ -97,10 +106,12 @@ def test_a_tampered_manifest_is_rejected_and_the_start_is_cold(amd64_images, tmp
         logs = container.logs()
         assert "warning: Inductor cache: artifact-cold (prewarmed cache rejected, torch_version: cache " \
                "'2.0.0+tampered'" in logs
-        assert "files copied" not in logs and not WARMUP_RE.search(logs)
-        report_dir = f"/var/cache/sglang-rvv/inductor/{lock_get(f'arch.{HOST_ARCH}.inductor_cache_key')}"
-        report = json.loads(container.exec("cat", f"{report_dir}/sglang_rvv_report.json"))
+        # Nothing was copied: the load-time warm-up compiled every key from nothing.
+        keys, compiles, hits = map(int, WARMUP_RE.search(logs).groups())
+        assert "files copied" not in logs and compiles == keys > 0 and hits == 0
+        report = json.loads(container.exec("cat", f"{_cache_dir()}/sglang_rvv_report.json"))
         assert report["cache_state"] == "artifact-cold"
+        assert {entry["source"] for entry in report["warmup"]["route_table"]} == {"measured"}
         assert completion(container.port)["usage"]["completion_tokens"] == 8
     finally:
         container.remove()

@@ -39,12 +39,12 @@ def _warm_dir(tmp_path, model_dir, **changes):
     return warm
 
 
-def test_serve_plan_without_a_warm_cache_is_cold_and_lazy(environ, model_dir):
+def test_serve_plan_without_a_warm_cache_is_cold_and_warms_up_at_load(environ, model_dir):
     result = plan([], environ)
     command = result.command
     assert command[1:3] == ["-m", "sglang.launch_server"]
     assert command[command.index("--model-path") + 1] == str(model_dir)
-    assert "--enable-cpu-rvv-inductor" in command and "--cpu-rvv-warmup" not in command
+    assert "--enable-cpu-rvv-inductor" in command and "--no-cpu-rvv-warmup" not in command  # warm-up is on
     assert command[command.index("--port") + 1] == "30000"
     assert result.env[inductor_cache.STATE_ENV] == "artifact-cold"
     assert int(result.env["OMP_NUM_THREADS"]) == usable_cpus()
@@ -64,10 +64,10 @@ def test_a_matching_warm_cache_is_seeded_and_warmed_up_at_load(tmp_path, environ
     result = plan([], {**environ, "OMP_NUM_THREADS": "3"})
     assert result.env[inductor_cache.STATE_ENV] == "artifact-warm"
     assert result.env["OMP_NUM_THREADS"] == "3"
-    assert "--cpu-rvv-warmup" in result.command
+    assert "--no-cpu-rvv-warmup" not in result.command
     assert (tmp_path / "cache" / "key" / "fxgraph" / "ab" / "artifact").read_text() == "compiled"
     assert any("artifact-warm" in note and "1 shape keys" in note for note in result.notes)
-    assert "--cpu-rvv-warmup" not in plan([], {**environ, "SGLANG_RVV_WARMUP": "0"}).command
+    assert "--no-cpu-rvv-warmup" in plan([], {**environ, "SGLANG_RVV_WARMUP": "0"}).command
 
 
 @pytest.mark.parametrize("field", ["torch_version", "cpu_capability", "compiler", "model_config_sha256"])
@@ -75,7 +75,6 @@ def test_a_tampered_manifest_is_rejected_with_a_warning_and_nothing_is_copied(tm
     _warm_dir(tmp_path, model_dir, **{field: "tampered"})
     result = plan([], environ)
     assert result.env[inductor_cache.STATE_ENV] == "artifact-cold"
-    assert "--cpu-rvv-warmup" not in result.command
     warning = next(note for note in result.notes if note.startswith("warning:"))
     assert "rejected" in warning and f"{field}: cache 'tampered'" in warning
     assert not (tmp_path / "cache" / "key" / "fxgraph").exists()
@@ -99,7 +98,7 @@ def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_d
         (lambda env, model: (model / "tokenizer.json").unlink(), "no tokenizer"),
         (lambda env, model: env.update(SGLANG_RVV_PORT="70000"), "not a TCP port"),
         (lambda env, model: env.update(SGLANG_RVV_MAX_TOTAL_TOKENS="0"), "positive number"),
-        (lambda env, model: env.update(SGLANG_RVV_WARMUP="yes"), "auto, 1 or 0"),
+        (lambda env, model: env.update(SGLANG_RVV_WARMUP="yes"), "SGLANG_RVV_WARMUP='yes' must be 1"),
         (lambda env, model: env.update(OMP_NUM_THREADS="all"), "positive thread count"),
     ],
 )

@@ -3,7 +3,10 @@
 Weights rotate through several copies whose total exceeds the last-level
 cache, so every call streams its weight from memory as in real decode. At
 M=1 the achieved weight bandwidth is printed next to this machine's measured
-read and copy bandwidth (the physical limit for decode).
+read and copy bandwidth (the physical limit for decode). The policy is warmed
+up as a server with ``--cpu-rvv-warmup`` is, so its column follows the
+measured route table (loaded from the Inductor cache when this machine
+measured it before) and its last column names the route it took.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ..config import RvvPolicyConfig
 from ..ops import PROVIDER_NAME, packed_bf16_linear
 from ..packed_state import BUFFER
 from ..policy import RvvPolicy
+from ..warmup import warm_up
 
 # Llama-3.2-1B as SGLang sees it (fused qkv and gate_up): (N, K).
 LLAMA_3_2_1B = {
@@ -90,6 +94,7 @@ def _bench_policy(modules: list[torch.nn.Module]) -> RvvPolicy:
     policy = RvvPolicy(root, adapter, RvvPolicyConfig(memory_budget_mib=2**40))
     policy.reconcile()
     policy.root = root  # keep the container alive: the policy holds it weakly
+    print(warm_up(policy).summary(), file=sys.stderr, flush=True)
     return policy
 
 
@@ -124,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
     results = []
     header = ("| projection | N x K | M | F.linear us | packed compiled us | packed eager us | policy us "
-              "| linear/compiled | linear/policy | GB/s linear | GB/s compiled |")
+              "| linear/compiled | linear/policy | GB/s linear | GB/s compiled | policy route |")
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for kind in projections:
@@ -156,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
                                                   ("linear_us", "compiled_us", "eager_us", "policy_us")]
             cells += [f"{row['linear_us'] / row[c]:.2f}" for c in ("compiled_us", "policy_us")]
             cells += [f"{row[c]:.1f}" for c in ("linear_gbs", "compiled_gbs")]
+            cells.append(", ".join(routes))
             print("| " + " | ".join(map(str, cells)) + " |", flush=True)
         del policy, linears, modules
     decode = [r for r in results if r["rows"] == 1]

@@ -46,9 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpu-rvv-memory-budget-mib", type=_non_negative_mib, default=None, metavar="N",
                        help="Cap packed weights at N MiB; projections past it stay row-major. "
                             "Default: available memory (cgroup limits included) minus a reserve.")
-    group.add_argument("--cpu-rvv-warmup", action=argparse.BooleanOptionalAction, default=False,
+    group.add_argument("--cpu-rvv-warmup", action=argparse.BooleanOptionalAction, default=True,
                        help="Compile every shape key (projection x bucket) at load, before the first "
-                            "request; with a warm Inductor cache this only loads artifacts. Default: off.")
+                            "request, and build the route table; with a warm Inductor cache this only "
+                            "loads artifacts. Off: keys compile at their first call and every bucket "
+                            "takes the packed route. Default: on.")
+    group.add_argument("--cpu-rvv-measure-routes", action=argparse.BooleanOptionalAction, default=True,
+                       help="At the warm-up, time each bucket's packed route against row-major "
+                            "F.linear and serve the buckets where packed loses row-major; the table is "
+                            "kept in the Inductor cache directory. Default: on.")
     group.add_argument("--cpu-rvv-report-path", default=None, metavar="PATH",
                        help=f"Where to write the JSON policy report. Default: {REPORT_NAME} in the "
                             "Inductor cache directory (TORCHINDUCTOR_CACHE_DIR).")
@@ -64,6 +70,7 @@ class RvvSettings:
     memory_budget_mib: float | None
     report_path: str | None
     warmup: bool
+    measure_routes: bool
     enabled_by: str  # the flag that turned the policy on, for messages
 
     @property
@@ -76,6 +83,7 @@ class RvvSettings:
             small_batch=self.small_batch,
             regional_compile=self.compile_mode == "regional",
             memory_budget_mib=self.memory_budget_mib,
+            measure_routes=self.measure_routes,
         )
 
 
@@ -92,7 +100,8 @@ def resolve(args: argparse.Namespace) -> RvvSettings:
         small_batch=bool(values["cpu_rvv_small_batch"]),
         memory_budget_mib=getattr(args, "cpu_rvv_memory_budget_mib", None),
         report_path=getattr(args, "cpu_rvv_report_path", None),
-        warmup=bool(getattr(args, "cpu_rvv_warmup", False)),
+        warmup=bool(getattr(args, "cpu_rvv_warmup", True)),
+        measure_routes=bool(getattr(args, "cpu_rvv_measure_routes", True)),
         enabled_by=UMBRELLA if umbrella else (
             "--cpu-rvv-packed-weight-mode" if values["cpu_rvv_packed_weight_mode"] == "explicit"
             else "--cpu-compile-mode"),

@@ -1,0 +1,91 @@
+"""build.yml and deploy.yml against a target that can run the amd64 image: this host
+(connection local). The build ships the commit and runs `make image`; the service comes up
+healthy and answers a completion; both playbooks change nothing on a second run; and the
+host checks pass for the service."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+
+import pytest
+from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap
+from image_support import free_port
+
+TARGET = "deploy-target"
+
+
+@pytest.fixture(scope="module")
+def deploy(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("deploying needs root and rootful podman: run images/scripts/podman-setup.sh")
+    work = tmp_path_factory.mktemp("deploy")
+    port = free_port()
+    variables = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "sglang_rvv_src_dir": str(work / "src"),
+        "sglang_rvv_port": port,
+        # This host has podman 4.3 and no systemd as init: compose, from the locked venv.
+        "sglang_rvv_service_compose": str(BIN / "podman-compose"),
+        "sglang_rvv_infra_checks": ["service"],
+    }
+    path = inventory(work / "inventory.yml", {TARGET: variables})
+    runs = {"build": playbook(path, "build.yml")}
+    if runs["build"].returncode == 0:
+        runs["build again"] = playbook(path, "build.yml")
+        runs["deploy"] = playbook(path, "deploy.yml")
+        runs["deploy again"] = playbook(path, "deploy.yml")
+    yield path, port, runs, work
+    subprocess.run([REPO / "images/scripts/compose.sh", "down"], capture_output=True, timeout=300,
+                   env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose")})
+
+
+def _ok(runs, name):
+    assert name in runs, f"an earlier playbook failed: {list(runs)}"
+    assert runs[name].returncode == 0, runs[name].stdout[-4000:]
+    return runs[name]
+
+
+def test_build_ships_the_commit_and_builds_the_images(deploy):
+    _, _, runs, work = deploy
+    _ok(runs, "build")
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    current = work / "src" / "current"
+    assert current.resolve() == work / "src" / commit
+    assert (current / "images" / "lock.toml").read_bytes() == (REPO / "images" / "lock.toml").read_bytes()
+    assert recap(_ok(runs, "build again").stdout)[TARGET]["changed"] == 0
+
+
+def test_the_service_comes_up_healthy_and_answers(deploy):
+    _, port, runs, _ = deploy
+    out = flat(_ok(runs, "deploy").stdout)
+    assert f"serves on 127.0.0.1:{port} (compose)" in out and "returned 4 tokens" in out
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", headers={"Content-Type": "application/json"},
+        data=json.dumps({"prompt": "Hello", "max_tokens": 8, "temperature": 0, "ignore_eos": True}).encode())
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert json.load(response)["usage"]["completion_tokens"] == 8
+
+
+def test_a_second_deploy_changes_nothing(deploy):
+    _, _, runs, _ = deploy
+    assert recap(_ok(runs, "deploy again").stdout)[TARGET]["changed"] == 0
+
+
+def test_host_checks_pass_for_the_service(deploy):
+    path, _, runs, _ = deploy
+    _ok(runs, "deploy")
+    result = host_checks(path)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "3 passed" in result.stdout
+
+
+def test_deploy_refuses_a_missing_image_naming_the_fix(deploy, tmp_path):
+    path, _, runs, _ = deploy
+    _ok(runs, "build")
+    result = playbook(path, "deploy.yml", "-e", "sglang_rvv_model=no-such-model")
+    assert result.returncode == 2
+    assert "run build.yml first" in flat(result.stdout)

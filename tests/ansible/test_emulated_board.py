@@ -1,0 +1,84 @@
+"""provision.yml against an emulated board: a riscv64 Debian 13 container under qemu-user,
+reached through the containers.podman connection. It must pass (RVV and memory allowed as
+emulated, and reported so), change nothing on a second run, and then pass the host checks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+from ansible_support import REPO, flat, host_checks, inventory, playbook, recap
+
+BOARD = "emulated-board"
+
+
+@pytest.fixture(scope="module")
+def board_container():
+    """A long-running riscv64 container from the project's riscv64 base image (Debian 13)."""
+    if os.geteuid() != 0 or shutil.which("podman") is None:
+        pytest.fail("the emulated board needs root and rootful podman: run images/scripts/podman-setup.sh")
+    subprocess.run(["make", "image-base", "ARCH=riscv64"], cwd=REPO, check=True, timeout=1800)
+    image = subprocess.run([REPO / "images/scripts/image-name.sh", "base", "riscv64"], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    name = f"sglang-rvv-board-{os.getpid()}"
+    # --init: a crash of PID 1 under qemu would hang; host network: apt reaches the mirror.
+    subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", name, image,
+                    "sleep", "infinity"], check=True, capture_output=True)
+    yield name
+    subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def board_inventory(board_container, tmp_path_factory):
+    variables = {
+        "ansible_connection": "containers.podman.podman",
+        "ansible_host": board_container,
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_become": False,  # root in the container already; it has no sudo
+        "board_allow_emulated": True,
+        # No systemd in the container: podman there needs cgroupfs and the file events logger.
+        "board_podman_cgroup_manager": "cgroupfs",
+        "board_podman_events_logger": "file",
+        # No images are built under qemu: only the board checks apply.
+        "sglang_rvv_infra_checks": ["board"],
+    }
+    return inventory(tmp_path_factory.mktemp("emulated") / "inventory.yml", {BOARD: variables})
+
+
+@pytest.fixture(scope="module")
+def provisioned(board_inventory):
+    first = playbook(board_inventory, "provision.yml")
+    second = playbook(board_inventory, "provision.yml") if first.returncode == 0 else None
+    return first, second
+
+
+def test_provision_passes_and_reports_the_emulation(provisioned):
+    first, _ = provisioned
+    assert first.returncode == 0, first.stdout[-4000:]
+    out = flat(first.stdout)
+    assert f"board_preflight: {BOARD} ok: riscv64" in out
+    assert "RVV NO (emulated target, allowed by board_allow_emulated)" in out
+    assert "board_podman: podman 5." in out and "compose command: podman compose," in out
+    assert f"board_tuning: {BOARD}'s kernel exposes no cpufreq governor" in out
+    assert recap(first.stdout)[BOARD]["changed"] > 0
+
+
+def test_a_second_provision_changes_nothing(provisioned):
+    first, second = provisioned
+    assert second is not None, "the first run failed"
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert recap(second.stdout)[BOARD]["changed"] == 0, second.stdout[-4000:]
+
+
+def test_host_checks_pass_with_hardware_checks_reported_as_emulated(provisioned, board_inventory):
+    assert provisioned[0].returncode == 0, "provisioning failed"
+    result = host_checks(board_inventory)
+    assert result.returncode == 0, result.stdout[-4000:]
+    out = flat(result.stdout)
+    for what in ("RVV", "16 GB memory", "cpufreq governor"):
+        assert f"{what}" in out
+    assert f"needs a real Banana Pi BPI-F3: {BOARD} is emulated" in out
+    # architecture, podman, thread count and two provisioned directories; the service checks skip.
+    assert "5 passed" in out and "sglang_rvv_infra_checks" in out

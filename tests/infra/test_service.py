@@ -1,0 +1,46 @@
+"""The deployed service: the image the lock describes, running, healthy, bound where configured."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+
+def _container(target) -> dict:
+    running = json.loads(target.run_ok("podman ps --format json --filter status=running"))
+    image = target.image()
+    matches = [c for c in running if c["Image"] == image]
+    assert matches, f"no running container of {image}: {[c['Image'] for c in running]}"
+    return matches[0]
+
+
+def test_image_is_present_with_the_lock_labels(target):
+    target.require("service")
+    image = target.image()
+    labels = json.loads(target.run_ok(f"podman image inspect --format json {image}"))[0]["Labels"]
+    arch = labels["io.sglang-rvv.arch"]
+    expected = target.run_ok(f"cd {shlex.quote(target.src())} && python3 images/scripts/lock.py labels {arch} runtime")
+    for flag in expected.split():
+        key, _, value = flag.removeprefix("--label=").partition("=")
+        if key.startswith("io.sglang-rvv.") and key != "io.sglang-rvv.image":
+            assert labels.get(key) == value, f"{image}: label {key}={labels.get(key)!r}, lock says {value!r}"
+
+
+def test_service_is_active_and_healthy(target):
+    target.require("service")
+    container = _container(target)
+    if target.host.exists("systemctl") and target.host.file("/etc/containers/systemd/sglang-rvv.container").exists:
+        assert target.host.service("sglang-rvv").is_running
+    assert target.host.run(f"podman healthcheck run {container['Id']}").rc == 0
+    port = target.vars.get("sglang_rvv_port", 30000)
+    health = target.run_ok(f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/health').status)\"")
+    assert health.strip() == "200"
+
+
+def test_port_is_bound_where_configured(target):
+    target.require("service")
+    bind = target.vars.get("sglang_rvv_bind", "127.0.0.1")
+    port = target.vars.get("sglang_rvv_port", 30000)
+    assert target.host.socket(f"tcp://{bind}:{port}").is_listening
+    if bind == "127.0.0.1":
+        assert not target.host.socket(f"tcp://0.0.0.0:{port}").is_listening

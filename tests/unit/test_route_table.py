@@ -1,0 +1,217 @@
+"""The measured route table: decision, routing, persistence and its stack check."""
+
+import argparse
+import json
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, routing, warmup
+from sglang_rvv.policy import policy_of
+from sglang_rvv.srt import flags
+from sglang_rvv.warmup import warm_up
+from support import assert_bf16_close
+
+TABLE_FIELDS = {"projection", "bucket", "out_features", "in_features", "packed_us", "row_major_us", "route", "source"}
+
+
+def _packed_keys(policy):
+    """(projection, bucket, N, K) of every packed key the policy can hit."""
+    keys = set()
+    for module, route in policy.routes():
+        if route.status != routing.PACKED:
+            continue
+        n, k = module.weight.shape
+        for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):
+            if rows * n * k >= routing.MIN_WORK:
+                keys.add((route.projection, rows, n, k))
+    return keys
+
+
+def _id(entry):
+    return entry["projection"], entry["bucket"], entry["out_features"], entry["in_features"]
+
+
+def _ids(table):
+    return set(map(_id, table))
+
+
+def _fake_timings(losing_buckets):
+    """A measurement where packed takes 2x row-major in ``losing_buckets`` and half elsewhere."""
+    def measure(key, modules):
+        assert key.mode == routing.EXPLICIT_PACKED and modules
+        return (200.0, 100.0) if key.rows in losing_buckets else (50.0, 100.0)
+    return measure
+
+
+@pytest.fixture
+def policy(llama):
+    install_rvv_policy(llama)
+    return policy_of(llama)
+
+
+def _call(module, rows):
+    x = torch.randn(rows, module.weight.shape[1], dtype=torch.bfloat16)
+    with torch.no_grad():
+        return module(x), F.linear(x, module.weight)
+
+
+@pytest.mark.parametrize("packed_us,row_major_us,route", [
+    (50.0, 100.0, "packed"),
+    (94.9, 100.0, "packed"),
+    (95.0, 100.0, "row_major"),  # within the 5 % margin: a near-tie stays row-major
+    (100.0, 100.0, "row_major"),
+    (300.0, 100.0, "row_major"),
+])
+def test_packed_must_win_by_the_margin(packed_us, row_major_us, route):
+    assert warmup.PACKED_MARGIN == 0.95
+    assert warmup.choose_route(packed_us, row_major_us) == route
+
+
+def test_a_losing_bucket_is_served_row_major(policy, llama, tmp_path, monkeypatch):
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings({4, 16}))
+    report = warm_up(policy, table_dir=tmp_path)
+
+    assert _ids(report.route_table) == _packed_keys(policy)
+    for entry in report.route_table:
+        assert set(entry) == TABLE_FIELDS and entry["source"] == "measured"
+        assert entry["route"] == ("row_major" if entry["bucket"] in (4, 16) else "packed")
+    assert "route table:" in report.summary() and "row-major" in report.summary()
+    assert not policy.counters, "warm-up calls must not show up in the routing counters"
+
+    o_proj = llama.model.layers[0].self_attn.o_proj
+    for rows in (1, 3, 8, 9):  # buckets 1, 4, 8, 16
+        out, ref = _call(o_proj, rows)
+        assert_bf16_close(out, ref)
+    assert torch.equal(*_call(o_proj, 3)), "a row-major bucket runs F.linear itself"
+    counts = policy.counters
+    assert counts[("o_proj", routing.PACKED_COMPILED, "1")] == 1
+    assert counts[("o_proj", routing.PACKED_COMPILED, "8")] == 1
+    assert counts[("o_proj", routing.ROW_MAJOR_MEASURED, "4")] == 2
+    assert counts[("o_proj", routing.ROW_MAJOR_MEASURED, "16")] == 1
+    assert routing.ROW_MAJOR_MEASURED in routing.ROUTES
+
+    with torch.no_grad():  # a whole forward, prefill 3 rows (bucket 4) then decode
+        llama(torch.randint(0, 2050, (1, 3)))
+        llama(torch.randint(0, 2050, (1, 1)))
+    by_route = policy.counters.by_route()
+    assert by_route[routing.ROW_MAJOR_MEASURED] > 2 and by_route[routing.PACKED_COMPILED] > 2
+
+
+def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, tmp_path):
+    report = warm_up(policy, table_dir=tmp_path)
+
+    table = report.route_table
+    assert _ids(table) == _packed_keys(policy)
+    assert len(table) == len(_ids(table)), "one entry per compiled key"
+    for entry in table:
+        assert entry["source"] == "measured" and entry["packed_us"] > 0 and entry["row_major_us"] > 0
+        assert entry["route"] == warmup.choose_route(entry["packed_us"], entry["row_major_us"])
+    assert report.route_table_seconds > 0
+
+    # Routing follows the table, bucket by bucket, and matches F.linear.
+    o_proj = llama.model.layers[1].self_attn.o_proj
+    for entry in (e for e in table if e["projection"] == "o_proj"):
+        policy.counters.clear()
+        out, ref = _call(o_proj, entry["bucket"])
+        assert_bf16_close(out, ref)
+        want = routing.PACKED_COMPILED if entry["route"] == "packed" else routing.ROW_MAJOR_MEASURED
+        assert policy.counters == {("o_proj", want, str(entry["bucket"])): 1}, entry
+
+    # The file holds the same entries and the stack they were measured on.
+    stored = json.loads((tmp_path / inductor_cache.ROUTE_TABLE).read_text())
+    assert {k: stored[k] for k in inductor_cache.route_table_stack()} == inductor_cache.route_table_stack()
+    without_source = [{k: v for k, v in e.items() if k != "source"} for e in table]
+    assert sorted(stored["entries"], key=_id) == sorted(without_source, key=_id)
+
+    # A warm start loads it instead of measuring.
+    row_major = set(policy.measured_row_major)
+    again = warm_up(policy, table_dir=tmp_path)
+    assert all(e["source"] == "cache" for e in again.route_table)
+    assert [{**e, "source": "cache"} for e in table] == again.route_table
+    assert policy.measured_row_major == row_major
+
+
+@pytest.mark.parametrize("field,value", [("torch_version", "0.0.0"), ("cpu_capability", "VSX"),
+                                         ("cpu_model", "another CPU"), ("threads", 64)])
+def test_a_table_from_another_stack_is_ignored_and_remeasured(policy, tmp_path, monkeypatch, caplog, field, value):
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
+    foreign = [{"projection": "o_proj", "bucket": 1, "out_features": 1024, "in_features": 1024,
+                "packed_us": 1.0, "row_major_us": 0.5, "route": "row_major"}]
+    stale = {**inductor_cache.route_table_stack(), field: value, "entries": foreign}
+    (tmp_path / inductor_cache.ROUTE_TABLE).write_text(json.dumps(stale))
+
+    with caplog.at_level(logging.WARNING, logger="sglang_rvv"):
+        report = warm_up(policy, table_dir=tmp_path)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "route table ignored" in warnings[0] and f"{field}: cache {value!r}" in warnings[0]
+    assert all(e["source"] == "measured" and e["route"] == "packed" for e in report.route_table)
+    assert not policy.measured_row_major
+    rewritten = json.loads((tmp_path / inductor_cache.ROUTE_TABLE).read_text())
+    assert rewritten[field] == inductor_cache.route_table_stack()[field]
+    assert len(rewritten["entries"]) == len(report.route_table)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"entries": [{"bucket": 1}]}'])
+def test_an_unreadable_table_is_ignored_and_remeasured(policy, tmp_path, monkeypatch, caplog, text):
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
+    (tmp_path / inductor_cache.ROUTE_TABLE).write_text(text)
+    with caplog.at_level(logging.WARNING, logger="sglang_rvv"):
+        report = warm_up(policy, table_dir=tmp_path)
+    assert "is unreadable" in caplog.text
+    assert report.route_table and all(e["source"] == "measured" for e in report.route_table)
+    entries, rejected = inductor_cache.read_route_table(tmp_path)
+    assert rejected is None and len(entries) == len(report.route_table)
+
+
+def test_entries_of_other_shapes_stay_in_the_file(policy, tmp_path, monkeypatch):
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
+    other = {"projection": "down_proj", "bucket": 2, "out_features": 2048, "in_features": 8192,
+             "packed_us": 9.0, "row_major_us": 5.0, "route": "row_major"}
+    inductor_cache.write_route_table(tmp_path, [other])
+    report = warm_up(policy, table_dir=tmp_path)
+    entries, _ = inductor_cache.read_route_table(tmp_path)
+    assert other in entries and len(entries) == len(report.route_table) + 1
+
+
+def test_measure_routes_off_keeps_every_bucket_packed(llama, tmp_path, monkeypatch):
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings({1, 2, 4, 8, 16, 32, 64, 128}))
+    install_rvv_policy(llama, RvvPolicyConfig(measure_routes=False))
+    policy = policy_of(llama)
+    report = warm_up(policy, table_dir=tmp_path)
+    assert report.route_table == [] and report.keys
+    assert not (tmp_path / inductor_cache.ROUTE_TABLE).exists()
+    o_proj = llama.model.layers[0].self_attn.o_proj
+    _call(o_proj, 3)
+    assert policy.counters == {("o_proj", routing.PACKED_COMPILED, "4"): 1}
+
+    # A table measured earlier is not consulted once the switch is off.
+    install_rvv_policy(llama, RvvPolicyConfig())
+    warm_up(policy, table_dir=tmp_path)
+    install_rvv_policy(llama, RvvPolicyConfig(measure_routes=False))
+    assert policy.measured_row_major
+    policy.counters.clear()
+    _call(o_proj, 3)
+    assert policy.counters == {("o_proj", routing.PACKED_COMPILED, "4"): 1}
+
+
+def test_the_flag_switches_measurement():
+    def config(*argv):
+        parser = argparse.ArgumentParser()
+        flags.add_arguments(parser)
+        return flags.resolve(parser.parse_args(["--enable-cpu-rvv-inductor", *argv])).policy_config()
+
+    assert config().measure_routes is True
+    assert config("--no-cpu-rvv-measure-routes").measure_routes is False
+
+
+def test_seeding_copies_the_table_and_keeps_one_already_there(tmp_path):
+    warm, cache = tmp_path / "warm", tmp_path / "cache"
+    inductor_cache.write_route_table(warm, [])
+    assert inductor_cache.seed(warm, cache) == 1
+    assert (cache / inductor_cache.ROUTE_TABLE).read_text() == (warm / inductor_cache.ROUTE_TABLE).read_text()
+    (cache / inductor_cache.ROUTE_TABLE).write_text("measured here")
+    assert inductor_cache.seed(warm, cache) == 0
+    assert (cache / inductor_cache.ROUTE_TABLE).read_text() == "measured here"
