@@ -19,3 +19,18 @@ def assert_bf16_close(actual: torch.Tensor, reference: torch.Tensor, min_db: flo
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
+
+
+def packed_keys(policy) -> set[tuple[str, int, int, int]]:
+    """(projection, bucket, N, K) of every packed shape key ``policy`` can hit (the gate's MIN_WORK applied)."""
+    from sglang_rvv import routing
+
+    keys = set()
+    for module, route in policy.routes():
+        if route.status != routing.PACKED:
+            continue
+        n, k = module.weight.shape
+        for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):
+            if rows * n * k >= routing.MIN_WORK:
+                keys.add((route.projection, rows, n, k))
+    return keys

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from ansible_support import REPO, flat, host_checks, inventory, playbook, recap
@@ -61,7 +62,7 @@ def test_provision_passes_and_reports_the_emulation(provisioned):
     assert f"board_preflight: {BOARD} ok: riscv64" in out
     assert "RVV NO (emulated target, allowed by board_allow_emulated)" in out
     assert "board_podman: podman 5." in out and "compose command: podman compose," in out
-    assert f"board_tuning: {BOARD}'s kernel exposes no cpufreq governor" in out
+    assert f"board_tuning: the kernel of {BOARD} exposes no cpufreq governor" in out
     assert recap(first.stdout)[BOARD]["changed"] > 0
 
 
@@ -82,3 +83,17 @@ def test_host_checks_pass_with_hardware_checks_reported_as_emulated(provisioned,
     assert f"needs a real Banana Pi BPI-F3: {BOARD} is emulated" in out
     # architecture, podman, thread count and two provisioned directories; the service checks skip.
     assert "5 passed" in out and "sglang_rvv_infra_checks" in out
+
+
+def test_the_quadlet_unit_generates_a_service_with_the_compose_settings(provisioned, board_inventory):
+    """The service role's quadlet unit, through podman 5's own generator on the board image."""
+    assert provisioned[0].returncode == 0, "provisioning failed"
+    result = playbook(board_inventory, str(Path(__file__).parent / "playbooks" / "quadlet-dryrun.yml"))
+    assert result.returncode == 0, result.stdout[-4000:]
+    out = flat(result.stdout)
+    assert "ExecStart=/usr/bin/podman run --name sglang-rvv" in out
+    for option in ("--read-only", "--user 10001:10001", "--cap-drop all", "--security-opt=no-new-privileges",
+                   "--publish 127.0.0.1:30000:30000", "--health-cmd /usr/local/lib/sglang-rvv/healthcheck.py",
+                   "--env-file /etc/sglang-rvv/runtime.env", "--init", "--memory=8g"):
+        assert option in out, option
+    assert "Restart=on-failure" in out and "WantedBy=multi-user.target" in out

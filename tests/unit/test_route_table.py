@@ -12,22 +12,9 @@ from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, rout
 from sglang_rvv.policy import policy_of
 from sglang_rvv.srt import flags
 from sglang_rvv.warmup import warm_up
-from support import assert_bf16_close
+from support import assert_bf16_close, packed_keys
 
 TABLE_FIELDS = {"projection", "bucket", "out_features", "in_features", "packed_us", "row_major_us", "route", "source"}
-
-
-def _packed_keys(policy):
-    """(projection, bucket, N, K) of every packed key the policy can hit."""
-    keys = set()
-    for module, route in policy.routes():
-        if route.status != routing.PACKED:
-            continue
-        n, k = module.weight.shape
-        for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):
-            if rows * n * k >= routing.MIN_WORK:
-                keys.add((route.projection, rows, n, k))
-    return keys
 
 
 def _id(entry):
@@ -74,7 +61,7 @@ def test_a_losing_bucket_is_served_row_major(policy, llama, tmp_path, monkeypatc
     monkeypatch.setattr(warmup, "measure_key", _fake_timings({4, 16}))
     report = warm_up(policy, table_dir=tmp_path)
 
-    assert _ids(report.route_table) == _packed_keys(policy)
+    assert _ids(report.route_table) == packed_keys(policy)
     for entry in report.route_table:
         assert set(entry) == TABLE_FIELDS and entry["source"] == "measured"
         assert entry["route"] == ("row_major" if entry["bucket"] in (4, 16) else "packed")
@@ -104,7 +91,7 @@ def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, t
     report = warm_up(policy, table_dir=tmp_path)
 
     table = report.route_table
-    assert _ids(table) == _packed_keys(policy)
+    assert _ids(table) == packed_keys(policy)
     assert len(table) == len(_ids(table)), "one entry per compiled key"
     for entry in table:
         assert entry["source"] == "measured" and entry["packed_us"] > 0 and entry["row_major_us"] > 0

@@ -5,18 +5,7 @@ import torch
 from sglang_rvv import RvvPolicyConfig, install_rvv_policy, routing
 from sglang_rvv.policy import policy_of
 from sglang_rvv.warmup import inductor_cache_counts, warm_up
-
-
-def _expected_keys(policy):
-    keys = set()
-    for module, route in policy.routes():
-        if route.status != routing.PACKED:
-            continue
-        n, k = module.weight.shape
-        for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):
-            if rows * n * k >= routing.MIN_WORK:
-                keys.add(f"{route.projection} m={rows} {n}x{k} {routing.EXPLICIT_PACKED}")
-    return keys
+from support import packed_keys
 
 
 def test_warm_up_compiles_every_bucket_and_later_calls_compile_nothing(llama):
@@ -25,7 +14,7 @@ def test_warm_up_compiles_every_bucket_and_later_calls_compile_nothing(llama):
     policy = policy_of(llama)
     report = warm_up(policy)
 
-    expected = _expected_keys(policy)
+    expected = {f"{p} m={m} {n}x{k} {routing.EXPLICIT_PACKED}" for p, m, n, k in packed_keys(policy)}
     assert len(expected) >= 20  # o/gate/up/down x 8 buckets minus the small-work ones
     assert expected <= set(report.keys)
     assert not policy.counters, "warm-up calls must not show up in the routing counters"
