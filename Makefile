@@ -27,7 +27,8 @@ help:
 	@echo "make test   - the whole suite"
 	@echo "make lint   - ruff"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
-	@echo "make bench  - Linear microbenchmark (prints a table)"
+	@echo "make bench  - the benchmark suite on a Llama-3.2-1B-shaped model (one-batch, serving, kernel, flag off/on,"
+	@echo "              cold/warm cache) into results/HOST/TIMESTAMP/, then sglang-rvv report on it (about 10 min)"
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
@@ -63,8 +64,9 @@ $(TINY_MODEL)/config.json: | venv
 serve: venv $(TINY_MODEL)/config.json
 	$(PY) -m sglang_rvv.server $(TINY_MODEL) --port $(PORT) --enable-cpu-rvv-inductor
 
+# The suite prints only its run directory on stdout (progress goes to stderr).
 bench: venv
-	$(PY) -m sglang_rvv.bench linear
+	run=$$($(PY) -m sglang_rvv.bench suite --shape llama-3.2-1b) && $(VENV)/bin/sglang-rvv report "$$run"
 
 bench-serve: venv
 	$(PY) -m sglang_rvv.bench one-batch

@@ -60,7 +60,7 @@ def _compiler_version() -> str:
     return out.stdout.splitlines()[0].strip() if out.stdout else compiler
 
 
-def _app_version() -> str:
+def app_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -71,7 +71,7 @@ def _app_version() -> str:
         return __version__
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The CPU's name from /proc/cpuinfo ("model name" on x86, "isa"/"uarch" on RISC-V)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -91,7 +91,7 @@ def _torch_stack() -> dict:
     return {
         "torch_version": torch.__version__,
         "torch_git": torch.version.git_version,
-        "app_version": _app_version(),
+        "app_version": app_version(),
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
@@ -117,7 +117,7 @@ def route_table_stack() -> dict:
     return {
         "schema": ROUTE_TABLE_SCHEMA,
         **_torch_stack(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "provider": PROVIDER_NAME,
         "threads": torch.get_num_threads(),
     }

@@ -21,6 +21,7 @@ from ..server import CPU_ENV, cpu_server_args
 from ..tiny import REAL_SHAPES
 
 MODES = {"off": [], "on": ["--enable-cpu-rvv-inductor"]}
+INPUT_LEN, OUTPUT_LEN = 64, 8  # the issue-6 request shape, shared with the serving benchmark
 METRICS = (("prefill_throughput", "prefill tok/s"), ("median_decode_throughput", "decode tok/s"),
            ("overall_throughput", "total tok/s"))
 
@@ -30,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", choices=sorted(REAL_SHAPES), default="llama-3.2-1b")
     parser.add_argument("--models-dir", type=Path, default=Path(".cache/models"))
     parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--input-len", type=int, default=64)
-    parser.add_argument("--output-len", type=int, default=8)
+    parser.add_argument("--input-len", type=int, default=INPUT_LEN)
+    parser.add_argument("--output-len", type=int, default=OUTPUT_LEN)
     parser.add_argument("--runs", type=int, default=1, help="fresh processes per mode")
     parser.add_argument("--json", type=Path, help="also write the results here")
 
@@ -46,21 +47,32 @@ def shaped_model(models_dir: Path, shape: str) -> Path:
     return path
 
 
-def run_once(model: Path, mode: str, args: argparse.Namespace) -> dict:
-    """One fresh ``one_batch`` process; its results and peak RSS."""
+def run_once(model: Path, mode: str, *, batch_size: int = 1, input_len: int = INPUT_LEN,
+             output_len: int = OUTPUT_LEN, env: dict[str, str] | None = None, report_path: Path | None = None,
+             log_path: Path | None = None) -> dict:
+    """One fresh ``one_batch`` process; its results, wall time and peak RSS (``ru_maxrss``).
+
+    ``env`` is added to the environment (e.g. a ``TORCHINDUCTOR_CACHE_DIR``);
+    ``report_path`` receives the plugin's policy report (flag on only);
+    ``log_path`` keeps the process's output.
+    """
+    extra = MODES[mode] + (["--cpu-rvv-report-path", str(report_path)] if report_path and MODES[mode] else [])
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.jsonl"
         command = [
             sys.executable, "-m", "sglang_rvv.bench.run_one_batch", "--model-path", str(model),
-            *cpu_server_args(), "--batch-size", str(args.batch_size), "--input-len", str(args.input_len),
-            "--output-len", str(args.output_len), "--result-filename", str(result_file), *MODES[mode],
+            *cpu_server_args(), "--batch-size", str(batch_size), "--input-len", str(input_len),
+            "--output-len", str(output_len), "--result-filename", str(result_file), *extra,
         ]
         started = time.monotonic()
-        process = subprocess.Popen(command, env={**os.environ, **CPU_ENV}, stdout=subprocess.PIPE,
+        process = subprocess.Popen(command, env={**os.environ, **CPU_ENV, **(env or {})}, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         output = process.stdout.read()
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
+        if log_path:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(output)
         if process.returncode != 0 or not result_file.exists():
             tail = "\n".join(output.splitlines()[-30:])
             raise RuntimeError(f"one_batch ({mode}) failed with exit code {process.returncode}:\n{tail}")
@@ -75,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     for mode in MODES:
         for index in range(args.runs):
             print(f"# {mode} run {index + 1}/{args.runs}...", file=sys.stderr, flush=True)
-            results.append(run_once(model, mode, args))
+            results.append(run_once(model, mode, batch_size=args.batch_size, input_len=args.input_len,
+                                    output_len=args.output_len))
     header = ["mode", *[label for _, label in METRICS], "peak RSS MiB", "wall s"]
     print(f"# model {model}, batch {args.batch_size}, input {args.input_len}, output {args.output_len}, "
           f"threads {os.environ.get('OMP_NUM_THREADS', os.cpu_count())}")

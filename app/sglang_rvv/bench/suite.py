@@ -1,0 +1,219 @@
+"""Benchmark suite (issue 6): one-batch, serving and kernel, flag off vs on, into one run directory.
+
+One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
+:mod:`sglang_rvv.bench.results` for its layout), then ``sglang-rvv report DIR``:
+
+* one-batch: ``sglang.benchmark.one_batch`` (batch 1, input 64, output 8) per mode,
+  once artifact-cold (a fresh empty Inductor cache), then ``--runs`` times
+  artifact-warm, each a fresh process sharing the now-filled cache;
+* serving: per mode a server on a fresh empty cache (artifact-cold) and then one on
+  the filled cache (artifact-warm), each timed from process start to the first
+  token of its first request; the warm one then serves concurrency 1 and 2
+  (``--requests`` measured requests each, after one warm-up request), streamed,
+  with the policy's Prometheus call counters scraped around each level. Flag on,
+  both servers compile (cold) or load (warm) every shape key at load
+  (``--cpu-rvv-warmup``), as the warm image does, so no measured request compiles;
+* kernel: the Linear microbenchmark (``python -m sglang_rvv.bench linear``).
+
+Progress goes to stderr; each run directory's path is printed on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..entrypoint import usable_cpus
+from ..inductor_cache import STATE_ENV
+from ..server import SGLangServer
+from ..tiny import REAL_SHAPES
+from . import one_batch, results, serving
+from .meta import provenance
+from .results import COLD, WARM, log_path, policy_report_path, write_result
+
+STEPS = ("one-batch", "serving", "kernel")
+CONCURRENCY = (1, 2)
+FULL = {"runs": 3, "requests": 4}
+QUICK = {"runs": 1, "requests": 2}
+# --quick: one cheap projection at decode (M=1), for tests.
+KERNEL_QUICK = ["--projections", "o_proj", "--rows", "1", "--min-time", "0.05"]
+# A flag-on cold start compiles every shape key; minutes for a 1B model on 2 cores.
+STARTUP_TIMEOUT = 3600.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, help="run directory (default: results/<host>/<UTC timestamp>; "
+                                                 "with several --shape, one subdirectory per shape)")
+    parser.add_argument("--shape", action="append", choices=sorted(REAL_SHAPES),
+                        help="generated model with this real model's shapes (repeatable; default llama-3.2-1b)")
+    parser.add_argument("--model", type=Path, help="checkpoint directory instead of a generated --shape model")
+    parser.add_argument("--models-dir", type=Path, default=Path(".cache/models"), help="where --shape models live")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"shrink for tests: {QUICK['runs']} warm run, {QUICK['requests']} requests per level, "
+                             "one kernel shape")
+    parser.add_argument("--runs", type=int, help=f"artifact-warm one-batch processes per mode (default {FULL['runs']})")
+    parser.add_argument("--requests", type=int,
+                        help=f"measured requests per concurrency level (default {FULL['requests']})")
+    parser.add_argument("--skip", action="append", choices=STEPS, default=[], help="leave a step out (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="of the prompts' random token ids")
+
+
+class Progress:
+    """Step lines on stderr with the time since the suite started; keeps each step's duration for meta.json."""
+
+    def __init__(self):
+        self.began = time.monotonic()
+        self.steps: list[dict] = []
+
+    def say(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.began:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+    @contextmanager
+    def step(self, name: str):
+        self.say(f"{name} ...")
+        began = time.monotonic()
+        yield
+        seconds = time.monotonic() - began
+        self.steps.append({"step": name, "seconds": round(seconds, 3)})
+        self.say(f"{name}: {seconds:.1f} s")
+
+
+def _relative(path: Path, run_dir: Path) -> str | None:
+    return str(path.relative_to(run_dir)) if path.is_file() else None
+
+
+def _cache_env(cache_dir: str, state: str) -> dict[str, str]:
+    # STATE_ENV is what the container entrypoint sets; the plugin copies it into the policy report.
+    return {"TORCHINDUCTOR_CACHE_DIR": cache_dir, STATE_ENV: state}
+
+
+def run_one_batch(model: Path, run_dir: Path, prov: dict, runs: int, progress: Progress) -> None:
+    for mode in one_batch.MODES:
+        with tempfile.TemporaryDirectory(prefix=f"sglang-rvv-bench-inductor-{mode}-") as cache:
+            for state, index in [(COLD, 0), *[(WARM, i) for i in range(1, runs + 1)]]:
+                name = f"{mode}-cold" if state == COLD else f"{mode}-warm{index}"
+                report = policy_report_path(run_dir, f"one_batch-{name}")
+                with progress.step(f"one-batch {name}"):
+                    result = one_batch.run_once(model, mode, env=_cache_env(cache, state), report_path=report,
+                                                log_path=log_path(run_dir, f"one_batch-{name}"))
+                progress.say(f"  prefill {result['prefill_throughput']:.1f} tok/s, decode "
+                             f"{result['median_decode_throughput']:.1f} tok/s, "
+                             f"peak RSS {result['peak_rss_mib']:.0f} MiB")
+                write_result(run_dir, "one_batch", name, prov, state, mode=mode, run=index, batch_size=1,
+                             input_len=one_batch.INPUT_LEN, output_len=one_batch.OUTPUT_LEN, result=result,
+                             policy_report=_relative(report, run_dir))
+
+
+def run_serving(model: Path, run_dir: Path, prov: dict, requests: int, seed: int, progress: Progress) -> None:
+    per_level = 1 + requests  # one unmeasured warm-up request, then the measured ones
+    prompts = serving.prompt_ids(model, 1 + per_level * len(CONCURRENCY), seed)
+    for mode, flags in one_batch.MODES.items():
+        with tempfile.TemporaryDirectory(prefix=f"sglang-rvv-bench-inductor-serving-{mode}-") as cache:
+            for state in (COLD, WARM):
+                name = f"{mode}-{state.removeprefix('artifact-')}"
+                report = policy_report_path(run_dir, f"serving-{name}")
+                extra = [*flags, "--enable-metrics"]
+                if flags:
+                    extra += ["--cpu-rvv-warmup", "--cpu-rvv-report-path", str(report)]
+                server = SGLangServer(model, extra_args=extra, env=_cache_env(cache, state),
+                                      log_path=log_path(run_dir, f"server-{name}"), startup_timeout=STARTUP_TIMEOUT)
+                try:
+                    with progress.step(f"serving {name}: process start to first token"):
+                        start = serving.start_to_first_token(server, prompts[0])
+                    progress.say(f"  ready {start['ready_s']:.1f} s, first token {start['ttft_after_start_s']:.1f} s")
+                    write_result(run_dir, "start", name, prov, state, mode=mode, warmup_at_load=bool(flags),
+                                 policy_report=_relative(report, run_dir), memory=serving.tree_memory(server.pid),
+                                 **start)
+                    if state == WARM:
+                        for level, concurrency in enumerate(CONCURRENCY):
+                            chunk = prompts[1 + level * per_level:1 + (level + 1) * per_level]
+                            with progress.step(f"serving {name}: concurrency {concurrency}, {requests} requests"):
+                                serving.generate(server.base_url, chunk[0])
+                                before = serving.linear_calls(server)
+                                timed, wall = serving.run_level(server.base_url, chunk[1:], concurrency)
+                                calls = serving.delta(before, serving.linear_calls(server))
+                            write_result(run_dir, "serving", f"{mode}-c{concurrency}", prov, state, mode=mode,
+                                         concurrency=concurrency, wall_s=wall, requests=timed,
+                                         warmup_prompt_ids=chunk[0], linear_calls=calls,
+                                         policy_report=_relative(report, run_dir),
+                                         memory=serving.tree_memory(server.pid))
+                finally:
+                    server.stop()
+
+
+def run_kernel(run_dir: Path, prov: dict, quick: bool, progress: Progress) -> None:
+    log = log_path(run_dir, "kernel-linear")
+    with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-linear-") as tmp, progress.step("kernel: linear"):
+        out = Path(tmp) / "linear.json"
+        command = [sys.executable, "-m", "sglang_rvv.bench", "linear", "--json", str(out),
+                   *(KERNEL_QUICK if quick else [])]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w") as output:
+            code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT).returncode
+        if code != 0 or not out.exists():
+            tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
+            raise RuntimeError(f"the linear microbenchmark failed with exit code {code} (log {log}):\n{tail}")
+        # Compiles happen before timing, so the Inductor cache state does not apply.
+        write_result(run_dir, "kernel", "linear", prov, None, command=command[1:], **json.loads(out.read_text()))
+
+
+def _utc() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Namespace, progress: Progress) -> None:
+    runs = args.runs or (QUICK if args.quick else FULL)["runs"]
+    requests = args.requests or (QUICK if args.quick else FULL)["requests"]
+    prov = provenance(model, shape)
+    meta = {
+        "suite": results.SUITE_COMMAND, "host": prov["host"], "started_utc": _utc(), "complete": False,
+        "settings": {"shape": shape, "quick": args.quick, "runs": runs, "requests": requests, "seed": args.seed,
+                     "concurrency": list(CONCURRENCY), "input_len": one_batch.INPUT_LEN,
+                     "output_len": one_batch.OUTPUT_LEN, "skip": args.skip},
+        "provenance": prov,
+    }
+    results.write_meta(run_dir, meta)
+    progress.say(f"run directory {run_dir} (model {model})")
+    began, first_step = time.monotonic(), len(progress.steps)
+    try:
+        if "one-batch" not in args.skip:
+            run_one_batch(model, run_dir, prov, runs, progress)
+        if "serving" not in args.skip:
+            run_serving(model, run_dir, prov, requests, args.seed, progress)
+        if "kernel" not in args.skip:
+            run_kernel(run_dir, prov, args.quick, progress)
+        meta["complete"] = True
+    except BaseException as error:
+        meta["error"] = f"{type(error).__name__}: {error}"[:4000]
+        raise
+    finally:
+        meta.update(finished_utc=_utc(), seconds=round(time.monotonic() - began, 1),
+                    steps=progress.steps[first_step:])
+        results.write_meta(run_dir, meta)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.model and args.shape:
+        sys.exit("--model and --shape exclude each other: --model benchmarks that checkpoint, --shape a generated one")
+    if args.model and not (args.model / "config.json").is_file():
+        sys.exit(f"--model {args.model}: no config.json there; pass a checkpoint directory")
+    # One thread count for every process, recorded in the provenance (the entrypoint's default too).
+    os.environ.setdefault("OMP_NUM_THREADS", str(usable_cpus()))
+    progress = Progress()
+    shapes = [None] if args.model else (args.shape or ["llama-3.2-1b"])
+    base = args.out or results.default_run_dir()
+    for shape in shapes:
+        run_dir = base / shape if len(shapes) > 1 else base
+        model = args.model or one_batch.shaped_model(args.models_dir, shape)
+        run_suite(model, shape, run_dir, args, progress)
+        progress.say(f"done: {run_dir}; `sglang-rvv report {run_dir}` renders it")
+        print(run_dir, flush=True)
+    return 0

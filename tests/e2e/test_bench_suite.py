@@ -1,0 +1,100 @@
+"""``python -m sglang_rvv.bench suite --quick`` on the tiny model (real SGLang processes), then ``sglang-rvv report``.
+
+One suite run (about 5-6 minutes on 2 cores) feeds every test of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_rvv.bench.results import COLD, WARM, load_run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+SGLANG_RVV = Path(sys.executable).with_name("sglang-rvv")
+PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_checkpoints, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "run"
+    progress = out.with_name("suite.stderr")
+    with open(progress, "w") as stderr:
+        result = subprocess.run(
+            [sys.executable, "-m", "sglang_rvv.bench", "suite", "--quick", "--model", str(tiny_checkpoints["llama"]),
+             "--out", str(out)], stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=1200)
+    assert result.returncode == 0, progress.read_text()[-6000:]
+    assert result.stdout.strip() == str(out)  # the run directory, for `sglang-rvv report`
+    assert re.search(r"^\[ +\d+\.\d s\] serving on-cold: process start to first token: ", progress.read_text(), re.M)
+    return out
+
+
+def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
+    expected = {
+        "one_batch": {"off-cold", "off-warm1", "on-cold", "on-warm1"},
+        "start": {"off-cold", "off-warm", "on-cold", "on-warm"},
+        "serving": {"off-c1", "off-c2", "on-c1", "on-c2"},
+        "kernel": {"linear"},
+    }
+    run = load_run(run_dir)
+    assert {kind: set(records) for kind, records in run.results.items()} == expected
+    assert run.meta["complete"] is True and run.meta["settings"]["quick"] is True
+    prov = run.meta["provenance"]
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["source"]["commit"]) and isinstance(prov["source"]["dirty"], bool)
+    assert prov["image_id"] is None  # SGLANG_RVV_IMAGE_ID is not set here
+    assert any(path.endswith("requirements/lock.txt") for path in prov["lock_sha256"])
+    assert prov["model"]["path"] == str(tiny_checkpoints["llama"].resolve())
+    assert re.fullmatch(r"[0-9a-f]{64}", prov["model"]["config_sha256"])
+    assert prov["cpu_model"] and prov["cpu_count"] >= 1 and prov["omp_num_threads"] >= 1
+    assert prov["torch"].startswith("2.") and prov["sglang"]
+    for records in run.results.values():
+        for record in records.values():
+            assert record["provenance"] == prov and len(record["load_average"]) == 3
+    assert {r["cache_state"] for r in run.of("one_batch").values()} == {COLD, WARM}
+    assert run.of("kernel")["linear"]["results"][0]["rows"] == 1
+
+
+def test_cold_compiles_and_warm_loads_from_the_cache(run_dir):
+    run = load_run(run_dir)
+    cold, warm = (run.policy_report(run.of("start")[f"on-{state}"]) for state in ("cold", "warm"))
+    assert cold["cache_state"] == COLD and warm["cache_state"] == WARM  # the plugin saw the suite's state
+    assert cold["warmup"]["compiled"] > 0
+    assert warm["warmup"]["compiled"] == 0 and warm["warmup"]["cache_hits"] == len(warm["warmup"]["keys"])
+    one_batch_report = run.policy_report(run.of("one_batch")["on-warm1"])
+    assert one_batch_report["packed_bytes"] > 0 and one_batch_report["cache_state"] == WARM
+    assert run.of("one_batch")["off-cold"]["policy_report"] is None  # flag off: no policy, no report
+
+
+def test_serving_requests_are_exact_and_counted(run_dir):
+    run = load_run(run_dir)
+    for name, record in run.of("serving").items():
+        assert len(record["requests"]) == 2, name
+        for request in record["requests"]:
+            assert request["output_tokens"] == len(request["output_ids"]) == 8, name
+            assert request["prompt_tokens"] == len(request["prompt_ids"]) == 64 and request["cached_tokens"] == 0
+            assert len(request["token_times_s"]) == 8 and request["token_times_s"][0] == request["ttft_s"]
+    assert run.of("serving")["off-c1"]["linear_calls"] == {}  # flag off: no policy counters
+    for concurrency, bucket in ((1, "1"), (2, "2")):
+        calls = run.of("serving")[f"on-c{concurrency}"]["linear_calls"]
+        for projection in PROJECTIONS:
+            hits = {key: n for key, n in calls.items()
+                    if key.startswith(f"{projection}/") and key.endswith(f"/{bucket}")}
+            assert hits and all(n > 0 for n in hits.values()), (concurrency, projection, calls)
+
+
+def test_report_renders_the_run(run_dir):
+    result = subprocess.run([str(SGLANG_RVV), "report", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    markdown = (run_dir / "report.md").read_text()
+    assert result.stdout == markdown
+    assert "| packed (flag on) | 2 | 2 | 8 |" in markdown  # serving: concurrency 2, 2 requests, 8 tokens each
+    assert markdown.count("**met**") + markdown.count("**NOT met**") == 5  # every target has data
+    assert len((run_dir / "metrics.csv").read_text().splitlines()) > 50
+    assert sorted(p.name for p in (run_dir / "plots").glob("*.png")) == [
+        "rss.png", "serving_latency.png", "start.png", "tok_s.png"]
+    assert json.loads((run_dir / "meta.json").read_text())["schema"] == 1

@@ -1,0 +1,220 @@
+"""``sglang-rvv report`` on synthetic run directories written through the suite's own writers."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from sglang_rvv import cli, report
+from sglang_rvv.bench import results
+from sglang_rvv.bench.results import COLD, WARM
+
+MIB = 2**20
+PROVENANCE = {
+    "host": "testhost", "source": {"commit": "0123456789abcdef", "dirty": False, "app_version": "0.1.0"},
+    "image_id": None, "lock_sha256": {"requirements/lock.txt": "ab" * 32},
+    "model": {"path": "/models/m", "name_or_path": None, "revision": "seed 0", "generated_shape": "llama-3.2-1b"},
+    "cpu_model": "Test CPU", "machine": "x86_64", "cpu_count": 2, "usable_cpus": 2, "omp_num_threads": 2,
+    "python": "3.11.2", "torch": "2.13.0+cpu", "sglang": "0.5.21", "app_version": "0.1.0",
+}
+ROUTE_TABLE = [
+    {"projection": "qkv_proj", "bucket": 1, "out_features": 3072, "in_features": 2048, "packed_us": 400.0,
+     "row_major_us": 650.0, "route": "packed", "source": "measured"},
+    {"projection": "qkv_proj", "bucket": 16, "out_features": 3072, "in_features": 2048, "packed_us": 3600.0,
+     "row_major_us": 990.0, "route": "row_major", "source": "measured"},
+]
+
+
+def _requests(ttft: float, tpot: float, count: int = 2, tokens: int = 8) -> list[dict]:
+    out = []
+    for index in range(count):
+        times = [ttft + step * tpot for step in range(tokens)]
+        out.append({"index": index, "sent_s": index * 0.1, "ttft_s": ttft, "latency_s": times[-1],
+                    "token_times_s": times, "output_ids": list(range(tokens)), "output_tokens": tokens,
+                    "prompt_tokens": 64, "cached_tokens": 0, "prompt_ids": list(range(64))})
+    return out
+
+
+def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, peak_off=5000.0, peak_on=7300.0,
+             packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
+             slow_m16=True, route_table=True, kernel=True) -> Path:
+    """A complete run directory whose derived numbers are known in advance."""
+    run_dir = root / name
+    results.write_meta(run_dir, {"suite": results.SUITE_COMMAND, "host": "testhost", "started_utc": name,
+                                 "complete": True, "seconds": 600.0, "provenance": PROVENANCE,
+                                 "settings": {"runs": 3, "requests": 2, "concurrency": [1, 2], "input_len": 64,
+                                              "output_len": 8}})
+    policy = {"adapter": "sglang", "packed_bytes": int(packed_mib * MIB)}
+    for mode, decode, peak in (("off", decode_off, peak_off), ("on", decode_on, peak_on)):
+        for state, index in ((COLD, 0), (WARM, 1), (WARM, 2), (WARM, 3)):
+            run_name = f"{mode}-cold" if state == COLD else f"{mode}-warm{index}"
+            policy_path = None
+            if mode == "on":
+                policy_path = results.write_json(results.policy_report_path(run_dir, f"one_batch-{run_name}"), policy)
+            # warm runs 1..3 spread around the median (index 2)
+            result = {"prefill_throughput": 100.0, "median_decode_throughput": decode + (index - 2) * 0.5,
+                      "overall_throughput": 40.0, "wall_s": 30.0, "peak_rss_mib": peak}
+            results.write_result(run_dir, "one_batch", run_name, PROVENANCE, state, mode=mode, run=index,
+                                 result=result, policy_report=policy_path and str(policy_path.relative_to(run_dir)))
+        for state, seconds in ((COLD, cold_s), (WARM, warm_s)):
+            start_name = f"{mode}-{state.removeprefix('artifact-')}"
+            policy_path = None
+            if mode == "on":
+                warmup = {"keys": ["a", "b"], "compiled": 2 if state == COLD else 0,
+                          "cache_hits": 0 if state == COLD else 2, "seconds": 1.0}
+                if route_table:
+                    warmup["route_table"] = ROUTE_TABLE
+                policy_path = results.write_json(results.policy_report_path(run_dir, f"serving-{start_name}"),
+                                                 {**policy, "warmup": warmup})
+            results.write_result(run_dir, "start", start_name, PROVENANCE, state, mode=mode, ready_s=seconds - 1,
+                                 ttft_after_start_s=seconds, warmup_at_load=mode == "on",
+                                 policy_report=policy_path and str(policy_path.relative_to(run_dir)),
+                                 memory={"rss_mib": 1000.0, "peak_mib": 1200.0, "processes": {}})
+        for concurrency in (1, 2):
+            calls = {"qkv_proj/packed_compiled/1": 14.0, f"qkv_proj/packed_compiled/{concurrency}": 14.0} \
+                if mode == "on" else {}
+            results.write_result(run_dir, "serving", f"{mode}-c{concurrency}", PROVENANCE, WARM, mode=mode,
+                                 concurrency=concurrency, wall_s=2.0, requests=_requests(0.5, 0.1 * concurrency),
+                                 linear_calls=calls, memory={"rss_mib": peak - 100, "peak_mib": peak, "processes": {}})
+    if kernel:
+        rows = []
+        for m in (1, 16):
+            policy_us = compiled_us if m == 1 or not slow_m16 else linear_us * 3
+            rows.append({"projection": "o_proj", "n": 2048, "k": 2048, "rows": m, "linear_us": linear_us,
+                         "compiled_us": compiled_us, "eager_us": 500.0, "policy_us": policy_us,
+                         "policy_routes": ["packed_compiled"]})
+        results.write_result(run_dir, "kernel", "linear", PROVENANCE, None,
+                             bandwidth={"read_gbs": read_gbs, "copy_gbs": 40.0}, provider="generic", results=rows)
+    return run_dir
+
+
+def _verdicts(run_dir: Path) -> list[bool | None]:
+    return [t.met for t in report.targets(results.load_run(run_dir))]
+
+
+def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
+    run_dir = make_run(tmp_path)
+    assert cli.main(["report", str(run_dir)]) == 0
+    stdout = capsys.readouterr().out
+    markdown = (run_dir / "report.md").read_text()
+    assert stdout == markdown
+    for title, _ in report.SECTIONS:
+        assert f"\n## {title}\n" in markdown
+    # one-batch: warm median [min-max] over the three processes, and the on/off ratio
+    assert "| packed (flag on) | artifact-warm | 3 | 100.0 [100.0–100.0] | 14.0 [13.5–14.5] |" in markdown
+    assert "| on / off | artifact-warm |  | 1.00× | 2.33× | 1.00× |" in markdown
+    assert "| qkv_proj | 16 | 3072x2048 | 3,600 | 990 | row_major | measured |" in markdown
+    assert "| qkv_proj | packed_compiled | 2 |  | 14 |" in markdown
+    assert "0123456789ab" in markdown and "Test CPU" in markdown
+
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert set(rows[0]) == set(report.CSV_FIELDS)
+
+    def value(section, name, mode, key, stat):
+        found = [r for r in rows if (r["section"], r["name"], r["mode"], r["key"], r["stat"])
+                 == (section, name, mode, key, stat)]
+        assert len(found) == 1, (section, name, mode, key, stat)
+        return float(found[0]["value"])
+
+    assert value("one_batch", "decode tok/s", "on", WARM, "median") == 14.0
+    assert value("one_batch", "decode tok/s", "on", WARM, "min") == 13.5
+    assert value("serving", "ttft_ms", "on", "c=1", "p99") == pytest.approx(500.0)
+    assert value("serving", "tpot_ms", "off", "c=2", "mean") == pytest.approx(200.0)
+    assert value("serving", "output_tok_s", "on", "c=1", "value") == pytest.approx(8.0)  # 16 tokens in 2 s
+    assert value("start", "ttft_after_start_s", "on", COLD, "value") == 100.0
+    assert value("rss", "predicted packed", "on", "", "value") == pytest.approx(2300.0)
+    assert value("linear_calls", "qkv_proj/packed_compiled/1", "on", "c=1", "delta") == 14.0
+    assert value("kernel", "o_proj", "", "M=16", "policy_us") == 900.0
+    assert value("route_table", "qkv_proj", "row_major", "bucket=16", "row_major_us") == 990.0
+
+    pngs = sorted(p.name for p in (run_dir / "plots").glob("*.png"))
+    assert pngs == ["rss.png", "serving_latency.png", "start.png", "tok_s.png"]
+    for png in (run_dir / "plots").glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        height, width, _ = matplotlib.image.imread(png).shape
+        assert height > 100 and width > 100
+    assert "![tok_s](plots/tok_s.png)" in markdown
+
+
+def test_targets_met_and_by_how_much(tmp_path):
+    run = results.load_run(make_run(tmp_path, slow_m16=False))
+    met = {t.name: t for t in report.targets(run)}
+    assert all(t.met for t in met.values()), [(t.name, t.measured) for t in met.values()]
+    decode = met["decode tok/s, packed / row-major (one-batch, warm medians)"]
+    assert decode.value == pytest.approx(14.0 / 6.0) and "2.33×" in decode.measured
+    rss = met["peak RSS increase on vs off, vs predicted packed bytes"]
+    assert rss.value == pytest.approx(0.0) and "+2,300 MiB vs 2,300 MiB predicted (+0%)" in rss.measured
+    start = met["TTFT after server start, artifact-warm / artifact-cold (flag on)"]
+    assert start.value == pytest.approx(0.25)
+    bandwidth = met["M=1 packed weight bandwidth / measured read bandwidth"]
+    assert bandwidth.value == pytest.approx(2048 * 2048 * 2 / 100e-6 / 1e9 / 50.0)
+
+
+@pytest.mark.parametrize("overrides, index", [
+    ({"decode_on": 6.5}, 0),                       # 1.08x < 1.10x
+    ({"peak_on": 5000.0 + 2300 * 0.85}, 1),        # 15 % under the predicted packed bytes
+    ({"peak_on": 5000.0 + 2300 * 1.15}, 1),        # 15 % over
+    ({"warm_s": 31.0}, 2),                         # 0.31x > 0.30x
+    ({"read_gbs": 100.0}, 3),                      # 84 GB/s of 100: 84 % < 85 %
+    ({"slow_m16": True}, 4),                       # M=16 three times slower than F.linear
+])
+def test_each_target_can_fail(tmp_path, overrides, index):
+    overrides.setdefault("slow_m16", False)
+    verdicts = _verdicts(make_run(tmp_path, **overrides))
+    assert verdicts[index] is False
+    assert all(v for i, v in enumerate(verdicts) if i != index)
+
+
+def test_missing_results_are_no_data_not_failures(tmp_path):
+    run_dir = make_run(tmp_path, kernel=False, route_table=False)
+    assert _verdicts(run_dir)[3:] == [None, None]
+    markdown = report.render_run(results.load_run(run_dir))
+    assert "_no measured route table in the policy reports (`warmup.route_table`)_" in markdown
+    assert "_no kernel results_" in markdown
+
+
+def test_several_runs_side_by_side(tmp_path, capsys):
+    first, second = make_run(tmp_path, "20260101T000000Z"), make_run(tmp_path, "20260102T000000Z", decode_on=12.0)
+    out = tmp_path / "comparison"
+    assert cli.main(["report", str(first), str(second), "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "| name | mode | key | stat | unit | testhost/20260101T000000Z | testhost/20260102T000000Z |" in stdout
+    assert "| decode tok/s | on | artifact-warm | median | tok/s | 14.00 | 12.00 |" in stdout
+    assert stdout == (out / "report.md").read_text()
+    assert (first / "report.md").exists() and (second / "report.md").exists()
+    runs = {row["run"] for row in csv.DictReader(open(out / "metrics.csv", newline=""))}
+    assert runs == {"testhost/20260101T000000Z", "testhost/20260102T000000Z"}
+    assert len(list((out / "plots").glob("*.png"))) == 4
+
+
+def _bad_schema(tmp_path):
+    run_dir = make_run(tmp_path)
+    meta = json.loads((run_dir / results.META).read_text())
+    (run_dir / results.META).write_text(json.dumps({**meta, "schema": 0}))
+    return run_dir
+
+
+@pytest.mark.parametrize("make_bad, needle", [
+    (lambda tmp_path: tmp_path / "absent", "no such directory"),
+    (lambda tmp_path: tmp_path, "no meta.json, so not a benchmark run;"),
+    (lambda tmp_path: make_run(tmp_path / "results" / "host").parent, "it holds 1 run below it, e.g. "),
+    (_bad_schema, "has schema 0, this sglang-rvv reads schema 1"),
+])
+def test_bad_dir_is_one_line_exit_2(tmp_path, capsys, make_bad, needle):
+    bad = make_bad(tmp_path)
+    assert cli.main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"sglang-rvv report: error: {bad}: ") and needle in err
+
+
+def test_result_of_another_schema_is_refused(tmp_path):
+    run_dir = make_run(tmp_path)
+    path = run_dir / "kernel" / "linear.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema": 2}))
+    with pytest.raises(results.RunDirError, match="kernel/linear.json has schema 2"):
+        results.load_run(run_dir)
