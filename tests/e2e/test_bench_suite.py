@@ -1,4 +1,4 @@
-"""``python -m sglang_rvv.bench suite --quick`` on the tiny model (real SGLang processes), then ``sglang-rvv report``.
+"""``python -m sglang_rvv.bench suite --quick`` on the tiny model (real SGLang processes, HF generate), then the report.
 
 One suite run (about 5-6 minutes on 2 cores) feeds every test of this module.
 """
@@ -40,6 +40,7 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
         "start": {"off-cold", "off-warm", "on-cold", "on-warm"},
         "serving": {"off-c1", "off-c2", "on-c1", "on-c2"},
         "kernel": {"linear"},
+        "hf_generate": {"generate"},
     }
     run = load_run(run_dir)
     assert {kind: set(records) for kind, records in run.results.items()} == expected
@@ -57,6 +58,10 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
             assert record["provenance"] == prov and len(record["load_average"]) == 3
     assert {r["cache_state"] for r in run.of("one_batch").values()} == {COLD, WARM}
     assert run.of("kernel")["linear"]["results"][0]["rows"] == 1
+    generate = run.of("hf_generate")["generate"]
+    assert generate["repetitions"] == 1 and generate["input_len"] == 64  # --quick
+    assert all(len(generate["modes"][mode]["output_ids"]) == 8 for mode in ("off", "on"))
+    assert run.policy_report(generate)["warmup"]["keys"]  # flag on was installed and warmed up
 
 
 def test_cold_compiles_and_warm_loads_from_the_cache(run_dir):

@@ -41,7 +41,8 @@ def _requests(ttft: float, tpot: float, count: int = 2, tokens: int = 8) -> list
 
 def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, peak_off=5000.0, peak_on=7300.0,
              packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
-             slow_m16=True, route_table=True, kernel=True) -> Path:
+             slow_m16=True, route_table=True, kernel=True, hf_off=10.0, hf_on=13.0, hf_equal=True,
+             hf=True) -> Path:
     """A complete run directory whose derived numbers are known in advance."""
     run_dir = root / name
     results.write_meta(run_dir, {"suite": results.SUITE_COMMAND, "host": "testhost", "started_utc": name,
@@ -89,6 +90,14 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
                          "policy_routes": ["packed_compiled"]})
         results.write_result(run_dir, "kernel", "linear", PROVENANCE, None,
                              bandwidth={"read_gbs": read_gbs, "copy_gbs": 40.0}, provider="generic", results=rows)
+    if hf:
+        # prefill 0.5 s (128 tok/s); the 7 decode steps at the mode's rate, ± 10 % around the median repetition
+        modes = {mode: {"prefill_s": [0.5] * 3, "full_s": [0.5 + 7 / (rate * f) for f in (0.9, 1.0, 1.1)],
+                        "output_ids": [5, 6, 7, 8, 9, 10, 11, 12 if mode == "off" or hf_equal else 13]}
+                 for mode, rate in (("off", hf_off), ("on", hf_on))}
+        results.write_result(run_dir, "hf_generate", "generate", PROVENANCE, None, input_len=64, output_len=8,
+                             repetitions=3, prompt_ids=list(range(64)), packed_bytes=int(packed_mib * MIB),
+                             outputs_equal=hf_equal, modes=modes)
     return run_dir
 
 
@@ -110,6 +119,8 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
     assert "| qkv_proj | 16 | 3072x2048 | 3,600 | 990 | row_major | measured |" in markdown
     assert "| qkv_proj | packed_compiled | 2 |  | 14 |" in markdown
     assert "0123456789ab" in markdown and "Test CPU" in markdown
+    assert "| packed (flag on) | 3 | 128.0 | 13.0 | 5 6 7 8 9 10 11 12 |" in markdown
+    assert "| on / off |  | 1.00× | 1.30× |  |" in markdown and "Outputs equal: **yes**" in markdown
 
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -131,6 +142,9 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
     assert value("linear_calls", "qkv_proj/packed_compiled/1", "on", "c=1", "delta") == 14.0
     assert value("kernel", "o_proj", "", "M=16", "policy_us") == 900.0
     assert value("route_table", "qkv_proj", "row_major", "bucket=16", "row_major_us") == 990.0
+    assert value("hf_generate", "decode_tok_s", "off", "", "median") == pytest.approx(10.0)
+    assert value("hf_generate", "decode_tok_s", "on / off", "", "ratio") == pytest.approx(1.3)
+    assert value("hf_generate", "outputs equal", "", "", "value") == 1.0
 
     pngs = sorted(p.name for p in (run_dir / "plots").glob("*.png"))
     assert pngs == ["rss.png", "serving_latency.png", "start.png", "tok_s.png"]
@@ -145,8 +159,9 @@ def test_targets_met_and_by_how_much(tmp_path):
     run = results.load_run(make_run(tmp_path, slow_m16=False))
     met = {t.name: t for t in report.targets(run)}
     assert all(t.met for t in met.values()), [(t.name, t.measured) for t in met.values()]
-    decode = met["decode tok/s, packed / row-major (one-batch, warm medians)"]
-    assert decode.value == pytest.approx(14.0 / 6.0) and "2.33×" in decode.measured
+    decode = met["decode tok/s, packed / row-major (one-batch warm medians; HF generate medians, equal outputs)"]
+    assert decode.value == pytest.approx(1.3)  # the smaller of the two engines' ratios
+    assert decode.measured == "one-batch 2.33×; HF generate 1.30×, outputs equal"
     rss = met["peak RSS increase on vs off, vs predicted packed bytes"]
     assert rss.value == pytest.approx(0.0) and "+2,300 MiB vs 2,300 MiB predicted (+0%)" in rss.measured
     start = met["TTFT after server start, artifact-warm / artifact-cold (flag on)"]
@@ -157,6 +172,8 @@ def test_targets_met_and_by_how_much(tmp_path):
 
 @pytest.mark.parametrize("overrides, index", [
     ({"decode_on": 6.5}, 0),                       # 1.08x < 1.10x
+    ({"hf_on": 10.5}, 0),                          # HF generate 1.05x < 1.10x, one-batch 2.33x
+    ({"hf_equal": False}, 0),                      # HF generate fast enough but a different last token
     ({"peak_on": 5000.0 + 2300 * 0.85}, 1),        # 15 % under the predicted packed bytes
     ({"peak_on": 5000.0 + 2300 * 1.15}, 1),        # 15 % over
     ({"warm_s": 31.0}, 2),                         # 0.31x > 0.30x
@@ -176,6 +193,13 @@ def test_missing_results_are_no_data_not_failures(tmp_path):
     markdown = report.render_run(results.load_run(run_dir))
     assert "_no measured route table in the policy reports (`warmup.route_table`)_" in markdown
     assert "_no kernel results_" in markdown
+
+
+def test_decode_target_needs_both_engines(tmp_path):
+    run_dir = make_run(tmp_path, hf=False)
+    decode = report.targets(results.load_run(run_dir))[0]
+    assert decode.met is None and decode.measured == "one-batch 2.33×; HF generate n/a"
+    assert "_no Hugging Face generate results_" in report.render_run(results.load_run(run_dir))
 
 
 def test_several_runs_side_by_side(tmp_path, capsys):

@@ -83,14 +83,16 @@ def measure(model_dir: Path, repetitions: int = REPETITIONS, seed: int = 0,
     model = load_model(model_dir)
     modes = {"off": measure_mode(model, prompt, repetitions)}
     began = time.perf_counter()
-    policy = install_rvv_policy(model, RvvPolicyConfig())
+    installed = install_rvv_policy(model, RvvPolicyConfig())
+    if installed.adapter is None:  # "on" would silently measure row-major again
+        raise RuntimeError(f"{model_dir}: the policy does not apply ({installed.reason})")
     warmup = warm_up(policy_of(model))
     install_s = time.perf_counter() - began
     if report_path is not None:  # what the SGLang plugin writes: the policy report with the warm-up's
-        write_json(report_path, {**asdict(policy), "warmup": asdict(warmup)})
+        write_json(report_path, {**asdict(installed), "warmup": asdict(warmup)})
     modes["on"] = measure_mode(model, prompt, repetitions)
     return {"input_len": len(prompt), "output_len": OUTPUT_LEN, "repetitions": repetitions, "prompt_ids": prompt,
-            "install_and_warmup_s": install_s, "packed_bytes": policy.packed_bytes,
+            "install_and_warmup_s": install_s, "packed_bytes": installed.packed_bytes,
             "outputs_equal": modes["off"]["output_ids"] == modes["on"]["output_ids"], "modes": modes}
 
 

@@ -8,6 +8,7 @@
         start/<mode>-<cache>.json      server start to first token of the first request
         serving/<mode>-c<N>.json       one concurrency level: every request's timings
         kernel/linear.json             the Linear microbenchmark (bench/linear.py --json)
+        hf_generate/generate.json      Hugging Face generate, both modes: raw times, output ids
         policy/<name>.json             the plugin's policy report of each flag-on process
         logs/<name>.log                each process's output
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 SCHEMA = 1
 META = "meta.json"
-KINDS = ("one_batch", "start", "serving", "kernel")
+KINDS = ("one_batch", "start", "serving", "kernel", "hf_generate")
 COLD, WARM = "artifact-cold", "artifact-warm"
 SUITE_COMMAND = "python -m sglang_rvv.bench suite"
 

@@ -1,4 +1,4 @@
-"""Benchmark suite (issue 6): one-batch, serving and kernel, flag off vs on, into one run directory.
+"""Benchmark suite (issue 6): one-batch, serving, kernel and HF generate, flag off vs on, into one run directory.
 
 One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
 :mod:`sglang_rvv.bench.results` for its layout), then ``sglang-rvv report DIR``:
@@ -13,7 +13,11 @@ One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
   with the policy's Prometheus call counters scraped around each level. Flag on,
   both servers compile (cold) or load (warm) every shape key at load
   (``--cpu-rvv-warmup``), as the warm image does, so no measured request compiles;
-* kernel: the Linear microbenchmark (``python -m sglang_rvv.bench linear``).
+* kernel: the Linear microbenchmark (``python -m sglang_rvv.bench linear``);
+* hf-generate: Hugging Face ``generate`` (input 64, 8 new tokens, greedy) row-major, then
+  with the policy installed and warmed up, on one model in one process
+  (:mod:`sglang_rvv.bench.hf_generate`): prefill and decode tok/s, median over 3
+  repetitions, and whether both modes generate the same ids.
 
 Progress goes to stderr; each run directory's path is printed on stdout.
 """
@@ -35,14 +39,14 @@ from ..entrypoint import usable_cpus
 from ..inductor_cache import STATE_ENV
 from ..server import SGLangServer
 from ..tiny import REAL_SHAPES
-from . import one_batch, results, serving
+from . import hf_generate, one_batch, results, serving
 from .meta import provenance
 from .results import COLD, WARM, log_path, policy_report_path, write_result
 
-STEPS = ("one-batch", "serving", "kernel")
+STEPS = ("one-batch", "serving", "kernel", "hf-generate")
 CONCURRENCY = (1, 2)
-FULL = {"runs": 3, "requests": 4}
-QUICK = {"runs": 1, "requests": 2}
+FULL = {"runs": 3, "requests": 4, "repetitions": hf_generate.REPETITIONS}
+QUICK = {"runs": 1, "requests": 2, "repetitions": 1}
 # --quick: one cheap projection at decode (M=1), for tests.
 KERNEL_QUICK = ["--projections", "o_proj", "--rows", "1", "--min-time", "0.05"]
 # A flag-on cold start compiles every shape key; minutes for a 1B model on 2 cores.
@@ -58,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models-dir", type=Path, default=Path(".cache/models"), help="where --shape models live")
     parser.add_argument("--quick", action="store_true",
                         help=f"shrink for tests: {QUICK['runs']} warm run, {QUICK['requests']} requests per level, "
-                             "one kernel shape")
+                             f"one kernel shape, {QUICK['repetitions']} generate repetition")
     parser.add_argument("--runs", type=int, help=f"artifact-warm one-batch processes per mode (default {FULL['runs']})")
     parser.add_argument("--requests", type=int,
                         help=f"measured requests per concurrency level (default {FULL['requests']})")
@@ -149,20 +153,44 @@ def run_serving(model: Path, run_dir: Path, prov: dict, requests: int, seed: int
                     server.stop()
 
 
-def run_kernel(run_dir: Path, prov: dict, quick: bool, progress: Progress) -> None:
-    log = log_path(run_dir, "kernel-linear")
-    with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-linear-") as tmp, progress.step("kernel: linear"):
-        out = Path(tmp) / "linear.json"
-        command = [sys.executable, "-m", "sglang_rvv.bench", "linear", "--json", str(out),
-                   *(KERNEL_QUICK if quick else [])]
+def _run_json_step(run_dir: Path, log_name: str, command: list[str], env: dict[str, str] | None = None) -> dict:
+    """A step's own process (its torch and compiles stay out of the suite's), its output logged; its --json."""
+    log = log_path(run_dir, log_name)
+    with tempfile.TemporaryDirectory(prefix=f"sglang-rvv-bench-{log_name}-") as tmp:
+        out = Path(tmp) / "result.json"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as output:
-            code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run([sys.executable, "-m", *command, "--json", str(out)], stdout=output,
+                                  stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}).returncode
         if code != 0 or not out.exists():
             tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
-            raise RuntimeError(f"the linear microbenchmark failed with exit code {code} (log {log}):\n{tail}")
-        # Compiles happen before timing, so the Inductor cache state does not apply.
-        write_result(run_dir, "kernel", "linear", prov, None, command=command[1:], **json.loads(out.read_text()))
+            raise RuntimeError(f"{log_name} failed with exit code {code} (log {log}):\n{tail}")
+        return json.loads(out.read_text())
+
+
+def run_kernel(run_dir: Path, prov: dict, quick: bool, progress: Progress) -> None:
+    command = ["sglang_rvv.bench", "linear", *(KERNEL_QUICK if quick else [])]
+    with progress.step("kernel: linear"):
+        result = _run_json_step(run_dir, "kernel-linear", command)
+    # Compiles happen before timing, so the Inductor cache state does not apply.
+    write_result(run_dir, "kernel", "linear", prov, None, command=command, **result)
+
+
+def run_hf_generate(model: Path, run_dir: Path, prov: dict, repetitions: int, seed: int,
+                    progress: Progress) -> None:
+    report = policy_report_path(run_dir, "hf_generate")
+    command = ["sglang_rvv.bench.hf_generate", str(model), "--repetitions", str(repetitions), "--seed", str(seed),
+               "--report-path", str(report)]
+    # A fresh cache, as the other steps' flag-on processes start from: no earlier run's route table applies.
+    with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-inductor-hf-") as cache, \
+            progress.step(f"hf-generate: off then on, {repetitions} repetitions"):
+        result = _run_json_step(run_dir, "hf_generate", command, _cache_env(cache, COLD))
+    summary = hf_generate.summarize(result)
+    progress.say(f"  decode {summary['off']['decode_tok_s']:.1f} -> {summary['on']['decode_tok_s']:.1f} tok/s "
+                 f"({summary['ratio']['decode_tok_s']:.2f}x), outputs equal: {summary['outputs_equal']}")
+    # Compiles happen before timing (an untimed generate per mode), so the cache state does not apply.
+    write_result(run_dir, "hf_generate", "generate", prov, None, command=command,
+                 policy_report=_relative(report, run_dir), **result)
 
 
 def _utc() -> str:
@@ -172,12 +200,13 @@ def _utc() -> str:
 def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Namespace, progress: Progress) -> None:
     runs = args.runs or (QUICK if args.quick else FULL)["runs"]
     requests = args.requests or (QUICK if args.quick else FULL)["requests"]
+    repetitions = (QUICK if args.quick else FULL)["repetitions"]
     prov = provenance(model, shape)
     meta = {
         "suite": results.SUITE_COMMAND, "host": prov["host"], "started_utc": _utc(), "complete": False,
         "settings": {"shape": shape, "quick": args.quick, "runs": runs, "requests": requests, "seed": args.seed,
                      "concurrency": list(CONCURRENCY), "input_len": one_batch.INPUT_LEN,
-                     "output_len": one_batch.OUTPUT_LEN, "skip": args.skip},
+                     "output_len": one_batch.OUTPUT_LEN, "hf_repetitions": repetitions, "skip": args.skip},
         "provenance": prov,
     }
     results.write_meta(run_dir, meta)
@@ -190,6 +219,8 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
             run_serving(model, run_dir, prov, requests, args.seed, progress)
         if "kernel" not in args.skip:
             run_kernel(run_dir, prov, args.quick, progress)
+        if "hf-generate" not in args.skip:
+            run_hf_generate(model, run_dir, prov, repetitions, args.seed, progress)
         meta["complete"] = True
     except BaseException as error:
         meta["error"] = f"{type(error).__name__}: {error}"[:4000]
