@@ -8,7 +8,6 @@ pick must be within TIE_TOLERANCE nats of the flag-off server's best logprob.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.checkpoint import write_tiny_checkpoint
 from sglang_rvv.server import SGLangServer
 
@@ -51,14 +51,8 @@ def assert_same_greedy(on: list, off: list) -> None:
 
 
 def _metrics(server: SGLangServer) -> dict[tuple[str, str, str], float]:
-    found = {}
-    pattern = re.compile(r'^sglang_rvv_linear_calls_total\{(.*)\} ([0-9.e+]+)$')
-    for line in server.get("/metrics").splitlines():
-        match = pattern.match(line)
-        if match:
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
-            found[(labels["projection"], labels["route"], labels["bucket"])] = float(match.group(2))
-    return found
+    """The policy's call counters by (projection, route, bucket), parsed as the benchmark suite does."""
+    return {tuple(key.split("/")): count for key, count in linear_calls(server).items()}
 
 
 def _pair(checkpoint, logs, name, tmp_path, extra_on=()):
