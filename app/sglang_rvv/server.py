@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import http.client
 import json
 import os
 import signal
@@ -261,6 +262,16 @@ class SGLangServer:
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
             raise ServerError(f"{request.get_method()} {path} -> HTTP {exc.code}: {detail}") from exc
+        except (ConnectionError, http.client.HTTPException) as exc:
+            # A dropped connection says nothing by itself: name whether the server is still
+            # up and quote its log, where a crash of the scheduler is explained.
+            code = self.process.poll() if self.process else None
+            state = ("not started here" if self.process is None
+                     else "still running" if code is None else f"exited with code {code}")
+            raise ServerError(
+                f"{request.get_method()} {path}: {type(exc).__name__}: {exc} (server {state})\n"
+                f"log {self.log_path}:\n{_tail(self.log_path)}"
+            ) from exc
 
     def get(self, path: str, timeout: float = 30.0) -> Any:
         """``GET path``; the decoded JSON, or the text if the body is not JSON."""
