@@ -1,14 +1,17 @@
 """The measured route table: decision, routing, persistence and its stack check."""
 
 import argparse
+import gc
 import json
 import logging
+import weakref
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, routing, warmup
+from sglang_rvv.adapters import ROUTE_ATTR
 from sglang_rvv.policy import policy_of
 from sglang_rvv.srt import flags
 from sglang_rvv.warmup import warm_up
@@ -219,3 +222,51 @@ def test_seeding_copies_the_table_and_keeps_one_already_there(tmp_path):
     (cache / inductor_cache.ROUTE_TABLE).write_text("measured here")
     assert inductor_cache.seed(warm, cache) == 0
     assert (cache / inductor_cache.ROUTE_TABLE).read_text() == "measured here"
+
+
+def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_plan(llama, policy, tmp_path,
+                                                                                     monkeypatch):
+    """The row-major fast path (RowMajorMemo) gives the full decision's label, and a re-plan,
+    an invalidation, a table change or a replaced weight sends the call through the full one."""
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings({4}))
+    warm_up(policy, table_dir=tmp_path)
+    o_proj = llama.model.layers[0].self_attn.o_proj
+    route = o_proj.__dict__[ROUTE_ATTR]
+    measured = ("o_proj", routing.ROW_MAJOR_MEASURED, "4")
+
+    for _ in range(3):
+        policy.counters.clear()
+        out, ref = _call(o_proj, 3)
+        assert torch.equal(out, ref) and policy.counters == {measured: 1}
+    assert route.memo is not None and list(route.memo.counter_keys.values()) == [measured]
+
+    # Invalidation without repack: the memo's status no longer holds, the full path says invalid.
+    policy.invalidate(repack=False)
+    policy.counters.clear()
+    _call(o_proj, 3)
+    assert policy.counters == {("o_proj", routing.ROW_MAJOR_INVALID, "4"): 1}
+
+    # A re-plan makes a new source record: the full path decides again, then memoises again.
+    policy.reconcile()
+    policy.counters.clear()
+    _call(o_proj, 3)
+    _call(o_proj, 3)
+    assert policy.counters == {measured: 2}
+
+    # A new route table (a re-measure that finds packed faster) is not answered from the memo.
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
+    warm_up(policy, table_dir=tmp_path / "fresh")
+    policy.counters.clear()
+    _call(o_proj, 3)
+    assert policy.counters == {("o_proj", routing.PACKED_COMPILED, "4"): 1}
+
+    # A replaced weight re-plans through the full path, and the memo does not keep the old one alive.
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings({4}))
+    warm_up(policy, table_dir=tmp_path / "again")
+    _call(o_proj, 3)
+    old = weakref.ref(o_proj.weight)
+    o_proj.weight = torch.nn.Parameter(o_proj.weight.detach().clone(), requires_grad=False)
+    gc.collect()
+    assert old() is None
+    out, ref = _call(o_proj, 3)
+    assert torch.equal(out, ref)
