@@ -42,7 +42,7 @@ def _requests(ttft: float, tpot: float, count: int = 2, tokens: int = 8) -> list
 def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, peak_off=5000.0, peak_on=7300.0,
              packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
              slow_m16=True, route_table=True, kernel=True, hf_off=10.0, hf_on=13.0, hf_equal=True,
-             hf=True) -> Path:
+             hf=True, cell_read_us=None) -> Path:
     """A complete run directory whose derived numbers are known in advance."""
     run_dir = root / name
     results.write_meta(run_dir, {"suite": results.SUITE_COMMAND, "host": "testhost", "started_utc": name,
@@ -88,6 +88,8 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
             rows.append({"projection": "o_proj", "n": 2048, "k": 2048, "rows": m, "linear_us": linear_us,
                          "compiled_us": compiled_us, "eager_us": 500.0, "policy_us": policy_us,
                          "policy_routes": ["packed_compiled"]})
+            if m == 1 and cell_read_us is not None:
+                rows[-1]["read_us"] = cell_read_us
         results.write_result(run_dir, "kernel", "linear", PROVENANCE, None,
                              bandwidth={"read_gbs": read_gbs, "copy_gbs": 40.0}, provider="generic", results=rows)
     if hf:
@@ -185,6 +187,16 @@ def test_each_target_can_fail(tmp_path, overrides, index):
     verdicts = _verdicts(make_run(tmp_path, **overrides))
     assert verdicts[index] is False
     assert all(v for i, v in enumerate(verdicts) if i != index)
+
+
+def test_the_bandwidth_target_uses_the_read_of_the_same_weights_in_the_same_rounds(tmp_path):
+    """A cell that carries its own read time is judged against it, not the 1 GiB read: 100 us
+    packed against a 90 us read is 90 % although the 1 GiB read (100 GB/s) would say 84 %."""
+    run = results.load_run(make_run(tmp_path, read_gbs=100.0, cell_read_us=90.0, slow_m16=False))
+    bandwidth = {t.name: t for t in report.targets(run)}["M=1 packed weight bandwidth / measured read bandwidth"]
+    assert bandwidth.value == pytest.approx(0.9) and bandwidth.met
+    assert "read of the same weights in the same rounds" in bandwidth.measured
+    assert "a plain read of the same weights in the same rounds 93.2 GB/s" in report.render_run(run)
 
 
 def test_missing_results_are_no_data_not_failures(tmp_path):
