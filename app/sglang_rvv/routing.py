@@ -163,6 +163,9 @@ class ModuleRoute:
     ``source`` records the weight the plan was made for. A call that sees a
     different weight (replaced, moved, re-typed, bumped in place) asks the
     policy to re-plan before anything else, so no decision outlives its weight.
+    The one exception is a memoised row-major call (:class:`RowMajorMemo`): it
+    reads only the live weight, and leaves an in-place bump to the next call
+    that would use the packed buffer.
     """
 
     __slots__ = ("policy", "projection", "status", "source", "memo")

@@ -2,9 +2,12 @@
 
 Without it a server compiles a (projection, bucket, shape) key the first time
 a request lands there, so early requests pay for Inductor. :func:`warm_up`
-calls each routed projection once per bucket with zero rows, which compiles
-each key, or loads it from the Inductor cache when a warm cache holds it. The
-report counts both: on a warm cache ``compiled`` is 0.
+calls each routed projection once per bucket (a zero input of the bucket's
+row count), which compiles each key, or loads it from the Inductor cache when
+a warm cache holds it. The report counts both: on a warm cache ``compiled`` is
+0. Keys that a route table measured on this same stack sends row-major are
+called through ``F.linear`` instead, never compiled nor loaded: on a warm
+start that is most of them, and loading each costs a Dynamo trace.
 
 With ``measure_routes`` (the default) it then builds the route table: for each
 packed key, the compiled callable is timed against row-major ``F.linear`` on
@@ -58,12 +61,15 @@ class WarmupReport:
     # packed_us, row_major_us, route ("packed" | "row_major"), source ("measured" | "cache").
     route_table: list[dict] = field(default_factory=list)
     route_table_seconds: float = 0.0  # part of ``seconds`` spent loading or measuring the table
+    skipped_row_major: int = 0  # packed keys a cached route table sends row-major: not compiled, not loaded
 
     def summary(self) -> str:
         text = (
             f"sglang_rvv: warm-up: {len(self.keys)} shape keys in {self.seconds:.1f} s, "
             f"{self.compiled} Inductor compiles, {self.cache_hits} cache hits"
         )
+        if self.skipped_row_major:
+            text += f" ({self.skipped_row_major} more keys routed row-major by the cached route table, not loaded)"
         if self.route_table:
             row_major = sum(entry["route"] == "row_major" for entry in self.route_table)
             measured = sum(entry["source"] == "measured" for entry in self.route_table)
@@ -131,7 +137,11 @@ def _entry_id(entry: dict) -> tuple:
 
 
 def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list[torch.nn.Module]]:
-    """Call every compiled route once per bucket; returns the packed keys hit, each with its modules."""
+    """Call every compiled route once per bucket; returns the packed keys hit, each with its modules.
+
+    A key already in ``policy.measured_row_major`` (a cached table routes it row-major) is
+    called too, so it is returned, but runs F.linear and is neither compiled nor loaded.
+    """
     groups: dict[tuple, list[tuple[torch.nn.Module, routing.ModuleRoute]]] = {}
     for module, route in policy.routes():
         if route.status in _COMPILED_STATUSES:
@@ -143,11 +153,12 @@ def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list
         module, route = members[0]
         weight = module.weight
         for rows in routing.buckets_for(projection, small_batch=policy.config.small_batch):
-            counted = (projection, routing.PACKED_COMPILED, str(rows))
-            before = policy.counters[counted]
+            counted = [(projection, route_name, str(rows))
+                       for route_name in (routing.PACKED_COMPILED, routing.ROW_MAJOR_MEASURED)]
+            before = sum(policy.counters[c] for c in counted)
             route(module, weight.new_zeros(rows, k), weight)
-            # Only a call the gate let through compiled a packed key (small M*N*K stays row-major).
-            if policy.counters[counted] > before:
+            # Only a call the gate let through reached a packed key (small M*N*K stays row-major).
+            if sum(policy.counters[c] for c in counted) > before:
                 key = routing.RegionalShapeKey(dtype, "cpu", projection, rows, n, k, routing.EXPLICIT_PACKED)
                 packed_keys[key] = [m for m, _ in members]
     return packed_keys
@@ -161,13 +172,19 @@ def _store(table_dir: Path, entries: list[dict]) -> None:
                     table_dir, error)
 
 
+def _stored_row_major(stored: list[dict]) -> set[routing.RegionalShapeKey]:
+    """The packed keys a stored table (already checked against this stack) routes row-major."""
+    # The gate lets only bfloat16 inputs reach a packed key.
+    return {routing.RegionalShapeKey(torch.bfloat16, "cpu", entry["projection"], entry["bucket"], entry["out_features"],
+                                     entry["in_features"], routing.EXPLICIT_PACKED)
+            for entry in stored if entry["route"] == "row_major"}
+
+
 def _route_table(
-    policy: RvvPolicy, packed_keys: dict[routing.RegionalShapeKey, list[torch.nn.Module]], table_dir: Path
+    policy: RvvPolicy, packed_keys: dict[routing.RegionalShapeKey, list[torch.nn.Module]], table_dir: Path,
+    stored: list[dict],
 ) -> list[dict]:
     """One entry per packed key: from the stored table when it matches this stack, else measured."""
-    stored, rejected = inductor_cache.read_route_table(table_dir)
-    if rejected:
-        log.warning("sglang_rvv: route table ignored, measuring again: %s", rejected)
     # Entries of other models' shapes stay in the file for them.
     known = {_entry_id(entry): entry for entry in stored}
     missing = [key for key in packed_keys if _key_id(key) not in known]
@@ -205,18 +222,26 @@ def warm_up(policy: RvvPolicy, *, table_dir: str | os.PathLike | None = None) ->
     compiles, hits = inductor_cache_counts()
     saved = policy.counters.copy()
     start = time.perf_counter()
-    # Every key is compiled whatever an earlier table said, so a re-measure never compiles cold.
-    policy.measured_row_major = set()
+    stored: list[dict] = []
+    if policy.config.measure_routes:
+        if table_dir is None:
+            from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+            table_dir = cache_dir()
+        stored, rejected = inductor_cache.read_route_table(table_dir)
+        if rejected:
+            log.warning("sglang_rvv: route table ignored, measuring again: %s", rejected)
+    # A table measured on this very stack routes some keys row-major: those are never called
+    # compiled, so they are neither compiled nor loaded (on a warm start most of the keys).
+    # Without such a table every key is compiled, so a re-measure never compiles cold.
+    policy.measured_row_major = _stored_row_major(stored)
     # no_grad, as SGLang's scheduler and HF generate run: Dynamo guards on grad mode.
     with torch.no_grad():
         packed_keys = _compile_every_key(policy)
+        report.skipped_row_major = sum(key in policy.measured_row_major for key in packed_keys)
         if policy.config.measure_routes and packed_keys:
             table_start = time.perf_counter()
-            if table_dir is None:
-                from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-                table_dir = cache_dir()
-            report.route_table = _route_table(policy, packed_keys, Path(table_dir))
+            report.route_table = _route_table(policy, packed_keys, Path(table_dir), stored)
             report.route_table_seconds = time.perf_counter() - table_start
     policy.counters.clear()
     policy.counters.update(saved)

@@ -270,3 +270,39 @@ def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_pl
     assert old() is None
     out, ref = _call(o_proj, 3)
     assert torch.equal(out, ref)
+
+
+def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_major(llama, policy, tmp_path,
+                                                                                       monkeypatch):
+    losing = {2, 4, 8, 16}
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings(losing))
+    first = warm_up(policy, table_dir=tmp_path)
+    assert first.skipped_row_major == 0
+    row_major_ids = {_id(e) for e in first.route_table if e["route"] == "row_major"}
+    assert row_major_ids and {bucket for _, bucket, _, _ in row_major_ids} == losing
+
+    # A fresh process: nothing compiled yet, the table in the cache directory.
+    monkeypatch.setattr(routing, "_COMPILED", {})
+    again = warm_up(policy, table_dir=tmp_path)
+    assert again.skipped_row_major == len(row_major_ids)
+    assert "routed row-major by the cached route table, not loaded" in again.summary()
+    assert all(e["source"] == "cache" for e in again.route_table) and _ids(again.route_table) == _ids(first.route_table)
+    compiled = {(k.projection, k.rows, k.out_features, k.in_features) for k in routing.compiled_keys()
+                if k.mode == routing.EXPLICIT_PACKED}
+    assert compiled == _ids(first.route_table) - row_major_ids
+    o_proj = llama.model.layers[0].self_attn.o_proj
+    for rows, want in ((1, routing.PACKED_COMPILED), (3, routing.ROW_MAJOR_MEASURED)):
+        policy.counters.clear()
+        out, ref = _call(o_proj, rows)
+        assert_bf16_close(out, ref)
+        assert policy.counters == {("o_proj", want, str(routing.bucket_rows(rows, small_batch=True,
+                                                                             projection="o_proj"))): 1}
+
+    # A table from another stack spares nothing: every key is compiled and measured again.
+    path = tmp_path / inductor_cache.ROUTE_TABLE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "threads": 64}))
+    monkeypatch.setattr(routing, "_COMPILED", {})
+    foreign = warm_up(policy, table_dir=tmp_path)
+    assert foreign.skipped_row_major == 0 and all(e["source"] == "measured" for e in foreign.route_table)
+    assert {(k.projection, k.rows, k.out_features, k.in_features) for k in routing.compiled_keys()
+            if k.mode == routing.EXPLICIT_PACKED} == _ids(first.route_table)
