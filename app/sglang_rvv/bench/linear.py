@@ -40,7 +40,7 @@ LLAMA_3_2_1B = {
     "lm_head": (128256, 2048),
 }
 DEFAULT_ROWS = (1, 2, 3, 4, 8, 9, 16, 64, 128)
-ROUNDS = 3
+ROUNDS = 5
 GB = 1e9
 
 
