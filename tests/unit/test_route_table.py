@@ -50,13 +50,14 @@ def _call(module, rows):
 
 @pytest.mark.parametrize("packed_us,row_major_us,route", [
     (50.0, 100.0, "packed"),
-    (94.9, 100.0, "packed"),
-    (95.0, 100.0, "row_major"),  # within the 5 % margin: a near-tie stays row-major
+    (84.9, 100.0, "packed"),
+    (85.0, 100.0, "row_major"),  # within the 15 % margin: a near-tie stays row-major
+    (90.0, 100.0, "row_major"),
     (100.0, 100.0, "row_major"),
     (300.0, 100.0, "row_major"),
 ])
 def test_packed_must_win_by_the_margin(packed_us, row_major_us, route):
-    assert warmup.PACKED_MARGIN == 0.95
+    assert warmup.PACKED_MARGIN == 0.85
     assert warmup.choose_route(packed_us, row_major_us) == route
 
 
