@@ -94,13 +94,22 @@ def test_two_concurrent_requests_use_the_m2_bucket_as_the_route_table_says(llama
              for entry in json.loads(report_path.read_text())["warmup"]["route_table"]}
     before = _metrics(on)
     results = []
-    threads = [threading.Thread(target=lambda p=p: results.append(on.completion(p, max_tokens=24, ignore_eos=True)))
-               for p in PROMPTS[:2]]
+    # Both requests leave together and are long enough to decode side by side: the tiny model
+    # decodes over 100 tok/s here, and the prompts' prefixes are cached from the test before,
+    # so with 24 tokens one request could finish before the other's prefill (seen once in CI).
+    barrier = threading.Barrier(2)
+    tokens = 128
+
+    def ask(prompt):
+        barrier.wait()
+        results.append(on.completion(prompt, max_tokens=tokens, ignore_eos=True))
+
+    threads = [threading.Thread(target=ask, args=(p,)) for p in PROMPTS[:2]]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert [r["usage"]["completion_tokens"] for r in results] == [24, 24]
+    assert [r["usage"]["completion_tokens"] for r in results] == [tokens, tokens]
     after = _metrics(on)
     for projection in PROJECTIONS:
         route = "packed_compiled" if table[(projection, 2)] == "packed" else "row_major_measured"
