@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .bench.hf_generate import summarize as hf_generate_summarize
-from .bench.results import COLD, WARM, Run, RunDirError, load_run
+from .bench.results import COLD, WARM, Run, RunDirError, load_run, m1_gbs
 
 # The issue-6 targets.
 DECODE_RATIO_MIN = 1.10
@@ -184,15 +184,8 @@ def kernel(run: Run) -> dict | None:
     if record is None:
         return None
     rows = record["results"]
-    decode = [r for r in rows if r["rows"] == 1]
-    total = sum(r["n"] * r["k"] * 2 for r in decode)
-    m1 = {name: total / (sum(r[f"{name}_us"] for r in decode) / 1e6) / 1e9 if decode else None
-          for name in ("linear", "compiled")}
-    # The read of the same weights in the same rounds (runs before it had only the 1 GiB read).
-    m1["read"] = (total / (sum(r["read_us"] for r in decode) / 1e6) / 1e9
-                  if decode and all("read_us" in r for r in decode) else None)
-    return {"rows": rows, "bandwidth": record["bandwidth"], "provider": record.get("provider"), "m1_gbs": m1,
-            "m1_projections": len(decode)}
+    return {"rows": rows, "bandwidth": record["bandwidth"], "provider": record.get("provider"),
+            "m1_gbs": m1_gbs(rows), "m1_projections": sum(r["rows"] == 1 for r in rows)}
 
 
 def hf_generate(run: Run) -> dict | None:

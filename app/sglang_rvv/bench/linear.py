@@ -30,6 +30,7 @@ from ..ops import PROVIDER_NAME, packed_bf16_linear
 from ..packed_state import BUFFER
 from ..policy import RvvPolicy
 from ..warmup import warm_up
+from .results import m1_gbs
 
 # Llama-3.2-1B as SGLang sees it (fused qkv and gate_up): (N, K).
 LLAMA_3_2_1B = {
@@ -195,13 +196,11 @@ def run(args: argparse.Namespace) -> int:
     bw = {key: max(before[key], after[key]) for key in before}
     print(f"# memory bandwidth at the end: read {after['read_gbs']:.1f} GB/s, copy {after['copy_gbs']:.1f} GB/s; "
           f"counted: read {bw['read_gbs']:.1f}, copy {bw['copy_gbs']:.1f}", flush=True)
-    decode = [r for r in results if r["rows"] == 1]
-    if decode:
-        total = sum(r["n"] * r["k"] * 2 for r in decode)
-        gbs = {name: total / (sum(r[f"{name}_us"] for r in decode) / 1e6) / GB
-               for name in ("linear", "compiled", "read")}
+    gbs = m1_gbs(results)
+    if gbs["read"]:
+        projections = sum(r["rows"] == 1 for r in results)
         for name in ("linear", "compiled"):
-            print(f"# M=1 across {len(decode)} projections, {name}: {gbs[name]:.1f} GB/s = "
+            print(f"# M=1 across {projections} projections, {name}: {gbs[name]:.1f} GB/s = "
                   f"{gbs[name] / gbs['read']:.0%} of the {gbs['read']:.1f} GB/s read in the same rounds "
                   f"({gbs[name] / bw['read_gbs']:.0%} of the best 1 GiB read)")
     if args.json:

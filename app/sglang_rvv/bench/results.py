@@ -133,3 +133,17 @@ def load_run(run_dir: str | os.PathLike) -> Run:
                                   f"{SCHEMA}; re-run `{SUITE_COMMAND}`")
             run.results.setdefault(kind, {})[record.get("name", path.stem)] = record
     return run
+
+
+def m1_gbs(rows: list[dict]) -> dict[str, float | None]:
+    """GB/s at M=1 across a kernel run's projections: weight bytes over the summed µs per variant.
+
+    ``read`` (a plain read of the same weights in the same rounds) is ``None`` for runs
+    recorded before the kernel step timed it; every value is ``None`` without M=1 rows.
+    """
+    decode = [r for r in rows if r["rows"] == 1]
+    total = sum(r["n"] * r["k"] * 2 for r in decode)
+    return {name: total / (sum(r[f"{name}_us"] for r in decode) / 1e6) / 1e9
+            if decode and all(f"{name}_us" in r for r in decode) else None
+            for name in ("linear", "compiled", "read")}
+
