@@ -34,8 +34,11 @@ BANDWIDTH_FRACTION_MIN = 0.85
 SLOWER_TOLERANCE = 0.05
 MODES = {"off": "row-major (flag off)", "on": "packed (flag on)"}
 ONE_BATCH_METRICS = (("prefill_throughput", "prefill tok/s"), ("median_decode_throughput", "decode tok/s"),
-                     ("overall_throughput", "total tok/s"), ("wall_s", "wall s"), ("peak_rss_mib", "peak RSS MiB"))
-RSS_MEASURES = ("one-batch peak RSS (warm median)", "server steady RSS (after the last level)")
+                     ("overall_throughput", "total tok/s"), ("wall_s", "wall s"), ("peak_rss_mib", "peak RSS MiB"),
+                     ("after_load_peak_mib", "peak RSS after load MiB"))
+# The target's measure first: the peak from the end of weight loading on, where the policy packs.
+RSS_MEASURES = ("one-batch peak RSS after weight loading (warm median)",
+                "one-batch peak RSS, whole process (warm median)", "server steady RSS (after the last level)")
 CSV_FIELDS = ("run", "section", "name", "mode", "key", "stat", "value", "unit")
 MIB = 2**20
 
@@ -117,13 +120,14 @@ def serving_summary(run: Run) -> dict[tuple[str, int], dict]:
 
 
 def start_summary(run: Run) -> dict[str, dict[str, dict]]:
-    """mode -> cache state -> {ready_s, ttft_after_start_s, warmup (the policy report's, flag on)}."""
+    """mode -> cache state -> {ready_s, ttft_after_start_s, install_seconds and warmup (the policy
+    report's, flag on; ``None`` otherwise, and install_seconds in runs from before it was recorded)}."""
     out: dict = {}
     for record in run.of("start").values():
         report = run.policy_report(record) or {}
         out.setdefault(record["mode"], {})[record["cache_state"]] = {
             "ready_s": record["ready_s"], "ttft_after_start_s": record["ttft_after_start_s"],
-            "warmup": report.get("warmup")}
+            "install_seconds": report.get("install_seconds"), "warmup": report.get("warmup")}
     return out
 
 
@@ -138,11 +142,12 @@ def predicted_packed_bytes(run: Run) -> int | None:
 
 
 def rss_summary(run: Run) -> dict:
-    """RSS increase flag on vs off: one-batch peak (warm medians) and serving steady state, vs predicted."""
+    """RSS increase flag on vs off: one-batch peaks after loading and in all (warm medians) and the serving
+    steady state, vs predicted. Runs before the after-load peak existed have ``None`` there."""
     one = one_batch_summary(run)
 
-    def peak(mode):
-        s = one.get(mode, {}).get(WARM, {}).get("peak_rss_mib")
+    def peak(mode, key):
+        s = one.get(mode, {}).get(WARM, {}).get(key)
         return s["median"] if s else None
 
     last = max(levels(run), default=None)
@@ -150,8 +155,8 @@ def rss_summary(run: Run) -> dict:
     packed = predicted_packed_bytes(run)
     predicted = packed / MIB if packed is not None else None
     rows = {}
-    for name, off, on in zip(RSS_MEASURES, (peak("off"), steady.get("off")), (peak("on"), steady.get("on")),
-                             strict=True):
+    measured = [(peak(mode, "after_load_peak_mib"), peak(mode, "peak_rss_mib"), steady.get(mode)) for mode in MODES]
+    for name, off, on in zip(RSS_MEASURES, *measured, strict=True):
         increase = on - off if on is not None and off is not None else None
         rows[name] = {"off_mib": off, "on_mib": on, "increase_mib": increase,
                       "vs_predicted": _ratio(increase, predicted)}
@@ -245,17 +250,7 @@ def targets(run: Run) -> list[Target]:
     out.append(_decode_target(_ratio(warm("on", "median_decode_throughput"),
                                       warm("off", "median_decode_throughput")), hf_generate(run)))
 
-    rss = rss_summary(run)
-    peak, steady = (rss["rows"][name] for name in RSS_MEASURES)
-    deviation = None if peak["vs_predicted"] is None else peak["vs_predicted"] - 1
-    # The steady server RSS is not the target's measure but explains a miss (see _rss_md).
-    also = "" if steady["vs_predicted"] is None else \
-        f"; server steady RSS {steady['increase_mib']:+,.0f} MiB ({steady['vs_predicted'] - 1:+.0%})"
-    out.append(Target(
-        "peak RSS increase on vs off, vs predicted packed bytes",
-        "n/a" if deviation is None else
-        f"{peak['increase_mib']:+,.0f} MiB vs {rss['predicted_mib']:,.0f} MiB predicted ({deviation:+.0%}){also}",
-        f"within ±{RSS_TOLERANCE:.0%}", None if deviation is None else abs(deviation) <= RSS_TOLERANCE, deviation))
+    out.append(_rss_target(rss_summary(run)))
 
     start = start_summary(run).get("on", {})
     cold, warm_start = (start.get(s, {}).get("ttft_after_start_s") for s in (COLD, WARM))
@@ -313,7 +308,7 @@ def metric_rows(run: Run) -> list[dict]:
             add("serving", key, mode, f"c={concurrency}", "value", stats[key], "tok/s" if "tok" in key else "s")
     for mode, states in start_summary(run).items():
         for state, values in states.items():
-            for key in ("ready_s", "ttft_after_start_s"):
+            for key in ("ready_s", "ttft_after_start_s", "install_seconds"):
                 add("start", key, mode, state, "value", values[key], "s")
     rss = rss_summary(run)
     add("rss", "predicted packed", "on", "", "value", rss["predicted_mib"], "MiB")
@@ -451,14 +446,35 @@ def _start_md(run: Run) -> str:
                 s, w = states[state], states[state]["warmup"]
                 warmup = f"{len(w['keys'])} keys, {w['compiled']} compiled, {w['cache_hits']} cache hits, " \
                          f"{w['seconds']:.1f} s" if w else "none"
-                rows.append([MODES[mode], state, _fmt(s["ready_s"]), _fmt(s["ttft_after_start_s"]), warmup])
+                rows.append([MODES[mode], state, _fmt(s["ready_s"]), _fmt(s["ttft_after_start_s"]),
+                             "none" if mode == "off" else _fmt(s["install_seconds"]), warmup])
         if COLD in states and WARM in states:
             ratio = _ratio(states[WARM]["ttft_after_start_s"], states[COLD]["ttft_after_start_s"])
-            rows.append([MODES[mode], "warm / cold", "", f"{ratio:.2f}×", ""])
+            rows.append([MODES[mode], "warm / cold", "", f"{ratio:.2f}×", "", ""])
     return ("Process start to healthy (`ready`) and to the first streamed token of the first request. Flag on, "
-            "the server compiles (cold) or loads from the Inductor cache (warm) every shape key at load "
-            "(`--cpu-rvv-warmup`).\n\n"
-            + _table(["mode", "cache", "ready s", "TTFT after start s", "warm-up at load"], rows))
+            "the server packs the weights (`install s`, cache or not), then compiles (cold) or loads from the "
+            "Inductor cache (warm) every shape key at load (`--cpu-rvv-warmup`).\n\n"
+            + _table(["mode", "cache", "ready s", "TTFT after start s", "install s", "warm-up at load"], rows))
+
+
+def _rss_target(rss: dict) -> Target:
+    """Judged on the peak after weight loading; a run from before that measure on the whole-process peak,
+    named as such. The other measures are quoted beside it: they explain a miss."""
+    rows = rss["rows"]
+    judged = next((name for name in RSS_MEASURES[:2] if rows[name]["vs_predicted"] is not None), None)
+    deviation = None if judged is None else rows[judged]["vs_predicted"] - 1
+    if judged is None:
+        measured = "n/a"
+    else:
+        also = [f"{name.split(' (')[0].removeprefix('one-batch ')} {v['increase_mib']:+,.0f} MiB "
+                f"({v['vs_predicted'] - 1:+.0%})" for name, v in rows.items()
+                if name != judged and v["vs_predicted"] is not None]
+        measured = (f"{'' if judged == RSS_MEASURES[0] else 'whole process (no after-load peak in this run): '}"
+                    f"{rows[judged]['increase_mib']:+,.0f} MiB vs {rss['predicted_mib']:,.0f} MiB predicted "
+                    f"({deviation:+.0%})" + "".join(f"; {a}" for a in also))
+    return Target("peak RSS increase on vs off after weight loading, vs predicted packed bytes", measured,
+                  f"within ±{RSS_TOLERANCE:.0%}", None if deviation is None else abs(deviation) <= RSS_TOLERANCE,
+                  deviation)
 
 
 def _rss_md(run: Run) -> str:
@@ -466,9 +482,11 @@ def _rss_md(run: Run) -> str:
     rows = [[name, _fmt(v["off_mib"], 0), _fmt(v["on_mib"], 0), _fmt(v["increase_mib"], 0),
              _fmt(rss["predicted_mib"], 0), "n/a" if v["vs_predicted"] is None else f"{v['vs_predicted']:.2f}×"]
             for name, v in rss["rows"].items()]
-    return ("Predicted: the policy report's `packed_bytes`. A flag-off peak includes the loading transient, "
-            "which the packed copy may fit under; the server's steady RSS (process tree, after the last level) "
-            "shows the packed copy itself.\n\n"
+    return ("Predicted: the policy report's `packed_bytes`. The policy packs after SGLang has loaded the weights, "
+            "so its cost shows in the peak from there on (the kernel's high-water mark is reset at the end of "
+            "loading): that is the target's measure. The whole-process peak also holds the loader's transient "
+            "(file pages beside the tensors), which the packed copy may fit under; the server's steady RSS "
+            "(process tree, after the last level) shows the packed copy itself.\n\n"
             + _table(["measure", "off MiB", "on MiB", "increase MiB", "predicted MiB", "increase / predicted"], rows))
 
 

@@ -110,7 +110,8 @@ def run_one_batch(model: Path, run_dir: Path, prov: dict, runs: int, progress: P
                                                 log_path=log_path(run_dir, f"one_batch-{name}"))
                 progress.say(f"  prefill {result['prefill_throughput']:.1f} tok/s, decode "
                              f"{result['median_decode_throughput']:.1f} tok/s, "
-                             f"peak RSS {result['peak_rss_mib']:.0f} MiB")
+                             f"peak RSS {result['peak_rss_mib']:.0f} MiB "
+                             f"({result['after_load_peak_mib']:.0f} MiB after load)")
                 write_result(run_dir, "one_batch", name, prov, state, mode=mode, run=index, batch_size=1,
                              input_len=one_batch.INPUT_LEN, output_len=one_batch.OUTPUT_LEN, result=result,
                              policy_report=_relative(report, run_dir))
