@@ -236,6 +236,9 @@ def warm_up(policy: RvvPolicy, *, table_dir: str | os.PathLike | None = None) ->
         stored, rejected = inductor_cache.read_route_table(table_dir)
         if rejected:
             log.warning("sglang_rvv: route table ignored, measuring again: %s", rejected)
+        # The stored times are the measurement; the stored route is only what the margin of the
+        # writing version made of them. Decided again here, so a margin change reaches old caches.
+        stored = [{**entry, "route": choose_route(entry["packed_us"], entry["row_major_us"])} for entry in stored]
     # A table measured on this very stack routes some keys row-major: those are never called
     # compiled, so they are neither compiled nor loaded (on a warm start most of the keys).
     # Without such a table every key is compiled, so a re-measure never compiles cold.

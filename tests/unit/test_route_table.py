@@ -142,6 +142,22 @@ def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, t
     assert policy.measured_row_major == row_major
 
 
+def test_a_cached_route_is_decided_again_from_its_times(policy, tmp_path, monkeypatch):
+    """A table written under another margin keeps its times; the route follows this version's margin."""
+    measured = warm_up(policy, table_dir=tmp_path).route_table
+    stored = json.loads((tmp_path / inductor_cache.ROUTE_TABLE).read_text())
+    for entry in stored["entries"]:  # a 5 % win, which an older 0.95 margin called packed
+        entry.update(packed_us=95.0, row_major_us=100.0, route="packed")
+    (tmp_path / inductor_cache.ROUTE_TABLE).write_text(json.dumps(stored))
+    monkeypatch.setattr(warmup, "measure_key", lambda key, modules: pytest.fail(f"{key} measured again"))
+
+    again = warm_up(policy, table_dir=tmp_path)
+    assert len(again.route_table) == len(measured)
+    assert all(e["source"] == "cache" and e["route"] == "row_major" for e in again.route_table)
+    assert {(k.projection, k.rows, k.out_features, k.in_features) for k in policy.measured_row_major} \
+        == packed_keys(policy)
+
+
 @pytest.mark.parametrize("field,value", [("torch_version", "0.0.0"), ("cpu_capability", "VSX"),
                                          ("cpu_model", "another CPU"), ("threads", 64)])
 def test_a_table_from_another_stack_is_ignored_and_remeasured(policy, tmp_path, monkeypatch, caplog, field, value):
