@@ -273,11 +273,16 @@ def targets(run: Run) -> list[Target]:
 
     slower = [r for r in k["rows"] if r["policy_us"] > r["linear_us"] * (1 + SLOWER_TOLERANCE)] if k else None
     worst = min(k["rows"], key=lambda r: r["linear_us"] / r["policy_us"]) if k else None
+    # Not part of the verdict: how far one op's two timings landed apart, so a reader can tell a
+    # slower cell from this run's noise. Runs before it was measured lack it.
+    again = [abs(r["linear_us"] / r["linear_again_us"] - 1) for r in k["rows"] if "linear_again_us" in r] if k else []
     out.append(Target(
         "policy call never slower than row-major F.linear, per bucket (kernel)",
         "n/a" if worst is None else
         f"{len(slower)} of {len(k['rows'])} (projection, M) slower; worst {worst['projection']} M={worst['rows']}: "
-        f"{worst['linear_us'] / worst['policy_us']:.2f}× row-major speed",
+        f"{worst['linear_us'] / worst['policy_us']:.2f}× row-major speed"
+        + (f"; F.linear against itself in the same rounds: up to {max(again):.0%} apart, "
+           f"{sum(a > SLOWER_TOLERANCE for a in again)} cells beyond {SLOWER_TOLERANCE:.0%}" if again else ""),
         f"0 slower by > {SLOWER_TOLERANCE:.0%}", None if slower is None else not slower,
         None if slower is None else float(len(slower))))
     return out
@@ -321,8 +326,8 @@ def metric_rows(run: Run) -> list[dict]:
     k = kernel(run)
     if k:
         for row in k["rows"]:
-            for stat in ("linear_us", "compiled_us", "eager_us", "policy_us"):
-                add("kernel", row["projection"], "", f"M={row['rows']}", stat, row[stat], "us")
+            for stat in ("linear_us", "compiled_us", "eager_us", "policy_us", "linear_again_us"):
+                add("kernel", row["projection"], "", f"M={row['rows']}", stat, row.get(stat), "us")
         for stat, value in k["bandwidth"].items():
             add("kernel", "memory bandwidth", "", "", stat, value, "GB/s")
         for name, value in k["m1_gbs"].items():
@@ -405,7 +410,7 @@ def _one_batch_md(run: Run) -> str:
             metrics = summary.get(mode, {}).get(state)
             if metrics:
                 n = max((m or {}).get("n", 0) for m in metrics.values())
-                rows.append([MODES[mode], state, n, *[_fmt_spread(metrics[key], 0 if "rss" in key else 1)
+                rows.append([MODES[mode], state, n, *[_fmt_spread(metrics[key], 0 if key.endswith("_mib") else 1)
                                                         for key, _ in ONE_BATCH_METRICS]])
     on, off = summary.get("on", {}).get(WARM), summary.get("off", {}).get(WARM)
     if on and off:
@@ -505,8 +510,10 @@ def _kernel_md(run: Run) -> str:
     k = kernel(run)
     if k is None:
         return "_no kernel results_"
-    rows = [[r["projection"], f"{r['n']}x{r['k']}", r["rows"], *[_fmt(r[c], 0) for c in
-             ("linear_us", "compiled_us", "eager_us", "policy_us")], f"{r['linear_us'] / r['policy_us']:.2f}",
+    rows = [[r["projection"], f"{r['n']}x{r['k']}", r["rows"], *[_fmt(r.get(c), 0) for c in
+             ("linear_us", "compiled_us", "eager_us", "policy_us", "linear_again_us")],
+             f"{r['linear_us'] / r['policy_us']:.2f}",
+             f"{r['linear_us'] / r['linear_again_us']:.2f}" if "linear_again_us" in r else "n/a",
              ",".join(r.get("policy_routes", []))] for r in k["rows"]]
     bw = k["bandwidth"]
     m1 = k["m1_gbs"]
@@ -514,9 +521,10 @@ def _kernel_md(run: Run) -> str:
             f"{bw['copy_gbs']:.1f} GB/s. M=1 across {k['m1_projections']} projections: packed compiled "
             f"{_fmt(m1['compiled'])} GB/s, row-major {_fmt(m1['linear'])} GB/s"
             + (f", a plain read of the same weights in the same rounds {_fmt(m1['read'])} GB/s" if m1["read"] else "")
-            + ".\n\n"
+            + ". `F.linear again` is the same F.linear timed after the policy call in each round: its ratio to "
+            "the first is this run's noise floor for the cell.\n\n"
             + _table(["projection", "N x K", "M", "F.linear µs", "packed compiled µs", "packed eager µs", "policy µs",
-                      "F.linear / policy", "policy routes"], rows))
+                      "F.linear again µs", "F.linear / policy", "F.linear / again", "policy routes"], rows))
 
 
 def _hf_generate_md(run: Run) -> str:

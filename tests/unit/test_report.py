@@ -43,7 +43,7 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
              after_load_off=4000.0, after_load_on=6300.0,
              packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
              slow_m16=True, route_table=True, kernel=True, hf_off=10.0, hf_on=13.0, hf_equal=True,
-             hf=True, cell_read_us=None) -> Path:
+             hf=True, cell_read_us=None, linear_again=None) -> Path:
     """A complete run directory whose derived numbers are known in advance."""
     run_dir = root / name
     results.write_meta(run_dir, {"suite": results.SUITE_COMMAND, "host": "testhost", "started_utc": name,
@@ -94,6 +94,8 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
                          "policy_routes": ["packed_compiled"]})
             if m == 1 and cell_read_us is not None:
                 rows[-1]["read_us"] = cell_read_us
+            if linear_again is not None:  # F.linear's second timing, as a factor of the first, per M
+                rows[-1]["linear_again_us"] = linear_us * linear_again[m]
         results.write_result(run_dir, "kernel", "linear", PROVENANCE, None,
                              bandwidth={"read_gbs": read_gbs, "copy_gbs": 40.0}, provider="generic", results=rows)
     if hf:
@@ -217,6 +219,19 @@ def test_the_bandwidth_target_uses_the_read_of_the_same_weights_in_the_same_roun
     assert bandwidth.value == pytest.approx(0.9) and bandwidth.met
     assert "read of the same weights in the same rounds" in bandwidth.measured
     assert "a plain read of the same weights in the same rounds 93.2 GB/s" in report.render_run(run)
+
+
+def test_f_linear_timed_twice_shows_the_noise_floor_beside_the_verdict(tmp_path):
+    run = results.load_run(make_run(tmp_path, slow_m16=False, linear_again={1: 1.02, 16: 1 / 0.9}))
+    target = report.targets(run)[4]
+    assert target.met and target.measured.endswith(
+        "; F.linear against itself in the same rounds: up to 10% apart, 1 cells beyond 5%")
+    assert "| o_proj | 2048x2048 | 16 | 300 | 100 | 500 | 100 | 333 | 3.00 | 0.90 | packed_compiled |" \
+        in report.render_run(run)
+    old = results.load_run(make_run(tmp_path / "old", slow_m16=False))
+    assert "against itself" not in report.targets(old)[4].measured
+    assert "| o_proj | 2048x2048 | 16 | 300 | 100 | 500 | 100 | n/a | 3.00 | n/a | packed_compiled |" \
+        in report.render_run(old)
 
 
 def test_missing_results_are_no_data_not_failures(tmp_path):

@@ -6,7 +6,9 @@ M=1 the achieved weight bandwidth is printed next to this machine's measured
 read and copy bandwidth (the physical limit for decode). The policy is warmed
 up as a server with ``--cpu-rvv-warmup`` is, so its column follows a route
 table measured in this run, and its last column names the route it took.
-Every cell is the fastest of ROUNDS interleaved rounds per variant.
+Every cell is the fastest of ROUNDS interleaved rounds per variant. F.linear
+is timed twice in each round, first and after the policy call: how far apart
+one op's two timings land is this run's noise floor for the cell's ratios.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def _measure(kind: str, n: int, k: int, rows: int, linears, min_time: float) -> 
         "compiled_us": (lambda p: compiled(x, p, n), packed),
         "eager_us": (lambda p: packed_bf16_linear(x, p, n), packed),
         "policy_us": (lambda lin: lin(x), linears),
+        "linear_again_us": (lambda w: F.linear(x, w), weights),
     }
     if rows == 1:
         # The same weight copies read by a reduction with next to no arithmetic, in the same
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
     results = []
     header = ("| projection | N x K | M | F.linear us | packed compiled us | packed eager us | policy us "
-              "| linear/compiled | linear/policy | GB/s linear | GB/s compiled | policy route |")
+              "| linear/compiled | linear/policy | linear/again | GB/s linear | GB/s compiled | policy route |")
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for kind in projections:
@@ -187,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             results.append(row)
             cells = [kind, f"{n}x{k}", rows] + [f"{row[c]:.0f}" for c in
                                                   ("linear_us", "compiled_us", "eager_us", "policy_us")]
-            cells += [f"{row['linear_us'] / row[c]:.2f}" for c in ("compiled_us", "policy_us")]
+            cells += [f"{row['linear_us'] / row[c]:.2f}" for c in ("compiled_us", "policy_us", "linear_again_us")]
             cells += [f"{row[c]:.1f}" for c in ("linear_gbs", "compiled_gbs")]
             cells.append(", ".join(routes))
             print("| " + " | ".join(map(str, cells)) + " |", flush=True)
