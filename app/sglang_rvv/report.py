@@ -457,8 +457,9 @@ def _start_md(run: Run) -> str:
             ratio = _ratio(states[WARM]["ttft_after_start_s"], states[COLD]["ttft_after_start_s"])
             rows.append([MODES[mode], "warm / cold", "", f"{ratio:.2f}×", "", ""])
     return ("Process start to healthy (`ready`) and to the first streamed token of the first request. Flag on, "
-            "the server packs the weights (`install s`, cache or not), then compiles (cold) or loads from the "
-            "Inductor cache (warm) every shape key at load (`--cpu-rvv-warmup`).\n\n"
+            "the server packs the weights (`install s`, cache or not), then at load (`--cpu-rvv-warmup`) compiles "
+            "every shape key (cold) or loads from the Inductor cache the keys its cached route table keeps "
+            "packed (warm).\n\n"
             + _table(["mode", "cache", "ready s", "TTFT after start s", "install s", "warm-up at load"], rows))
 
 

@@ -11,8 +11,9 @@ One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
   token of its first request; the warm one then serves concurrency 1 and 2
   (``--requests`` measured requests each, after one warm-up request), streamed,
   with the policy's Prometheus call counters scraped around each level. Flag on,
-  both servers compile (cold) or load (warm) every shape key at load
-  (``--cpu-rvv-warmup``), as the warm image does, so no measured request compiles;
+  both servers warm up at load (``--cpu-rvv-warmup``), as the warm image does: the
+  cold one compiles every shape key, the warm one loads the keys its cached route
+  table keeps packed (the others run F.linear), so no measured request compiles;
 * kernel: the Linear microbenchmark (``python -m sglang_rvv.bench linear``);
 * hf-generate: Hugging Face ``generate`` (input 64, 8 new tokens, greedy) row-major, then
   with the policy installed and warmed up, on one model in one process
