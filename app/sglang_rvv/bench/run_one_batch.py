@@ -23,6 +23,8 @@ import numpy as np
 from sglang.srt.plugins import load_plugins
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from .serving import peak_rss_bytes
+
 SYNTHETIC_ID_BOUND = 10000  # one_batch's np.random.randint(0, 10000, ...)
 
 
@@ -48,8 +50,7 @@ def _bound_synthetic_ids(one_batch, vocab_size: int) -> None:
 
 
 def _peak_rss_mib() -> float:
-    status = Path("/proc/self/status").read_text()
-    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
+    return peak_rss_bytes() / 2**20
 
 
 class _MemoryMarks:

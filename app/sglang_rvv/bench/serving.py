@@ -108,6 +108,12 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {key: after[key] - before.get(key, 0.0) for key in sorted(after) if after[key] != before.get(key, 0.0)}
 
 
+def peak_rss_bytes(pid: int | str = "self") -> int | None:
+    """A process's peak RSS (VmHWM), or None where the kernel does not report it."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), None)
+
+
 def tree_memory(pid: int) -> dict:
     """RSS of a server's process tree now and each process's peak (VmHWM), in MiB."""
     root = psutil.Process(pid)
@@ -115,11 +121,11 @@ def tree_memory(pid: int) -> dict:
     for process in [root, *root.children(recursive=True)]:
         try:
             rss = process.memory_info().rss
-            status = Path(f"/proc/{process.pid}/status").read_text()
+            hwm = peak_rss_bytes(process.pid)
             name = " ".join(process.cmdline()[:3]) or process.name()
         except (psutil.Error, OSError):  # exited meanwhile
             continue
-        hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), rss)
+        hwm = rss if hwm is None else hwm
         processes[f"{process.pid} {name}"] = {"rss_mib": rss / 2**20, "peak_mib": hwm / 2**20}
     return {"rss_mib": sum(p["rss_mib"] for p in processes.values()),
             "peak_mib": sum(p["peak_mib"] for p in processes.values()), "processes": processes}
