@@ -23,6 +23,7 @@ import numpy as np
 from sglang.srt.plugins import load_plugins
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from ..srt.plugin import RUNNER
 from .serving import peak_rss_bytes
 
 SYNTHETIC_ID_BOUND = 10000  # one_batch's np.random.randint(0, 10000, ...)
@@ -84,8 +85,7 @@ if __name__ == "__main__":
     marks = _MemoryMarks()
     # Registered before the plugins load, so it wraps load_model first and runs before the
     # policy's own AFTER hook packs anything.
-    HookRegistry.register("sglang.srt.model_executor.model_runner.ModelRunner.load_model",
-                          marks.after_load_model, HookType.AFTER)
+    HookRegistry.register(f"{RUNNER}.load_model", marks.after_load_model, HookType.AFTER)
     load_plugins()
     from sglang.benchmark import one_batch
 

@@ -33,6 +33,8 @@ from . import flags
 log = logging.getLogger("sglang_rvv")
 SETTINGS_ATTR = "_sglang_rvv_settings"
 EXPORTER_ATTR = "_sglang_rvv_metrics"
+# The hook target of the scheduler-side hooks; the benchmark marks memory on the same method.
+RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
 MODEL_CLASSES = (
     "sglang.srt.models.llama.LlamaForCausalLM",
     "sglang.srt.models.qwen2.Qwen2ForCausalLM",
@@ -147,11 +149,10 @@ def _after_load_weights(result, model, *args, **kwargs):
 
 def register() -> None:
     server_args = "sglang.srt.server_args.ServerArgs"
-    runner = "sglang.srt.model_executor.model_runner.ModelRunner"
     HookRegistry.register(f"{server_args}.add_cli_args", _add_cli_args, HookType.AROUND)
     HookRegistry.register(f"{server_args}.from_cli_args", _from_cli_args, HookType.AROUND)
-    HookRegistry.register(f"{runner}.load_model", _after_load_model, HookType.AFTER)
-    HookRegistry.register(f"{runner}.forward", _after_forward, HookType.AFTER)
+    HookRegistry.register(f"{RUNNER}.load_model", _after_load_model, HookType.AFTER)
+    HookRegistry.register(f"{RUNNER}.forward", _after_forward, HookType.AFTER)
     for model_class in MODEL_CLASSES:
         HookRegistry.register(f"{model_class}.load_weights", _after_load_weights, HookType.AFTER)
     log.debug("sglang_rvv plugin registered (python %s)", sys.version.split()[0])
