@@ -17,6 +17,21 @@ HEALTHCHECK = "/usr/local/lib/sglang-rvv/healthcheck.py"  # compose.yaml's healt
 HOST_ARCH = {"x86_64": "amd64", "riscv64": "riscv64", "aarch64": "arm64"}[os.uname().machine]
 
 
+def riscv64_emulation_missing() -> str | None:
+    """Why riscv64 code cannot run here (no riscv64 CPU and no qemu-user binfmt), or None."""
+    if os.uname().machine == "riscv64":
+        return None
+    entry = Path("/proc/sys/fs/binfmt_misc/qemu-riscv64")
+    try:
+        enabled = entry.read_text().startswith("enabled")
+    except OSError:
+        enabled = False
+    if not enabled:
+        return (f"no riscv64 CPU and no emulation: {entry} is not enabled (qemu-user-static binfmt; "
+                "run images/scripts/podman-setup.sh as root)")
+    return None
+
+
 def lock_get(key: str) -> str:
     return subprocess.run(["python3", LOCK_PY, "get", key], check=True, capture_output=True, text=True).stdout.strip()
 

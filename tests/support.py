@@ -7,7 +7,10 @@ import torch
 # The app's own metric (the riscv64 smoke judges with it too), re-exported for the tests.
 from sglang_rvv.smoke import MIN_SQNR_DB, sqnr_db
 
-__all__ = ["MIN_SQNR_DB", "assert_bf16_close", "rss_bytes", "sqnr_db"]
+__all__ = ["MIN_SQNR_DB", "assert_bf16_close", "assert_same_greedy", "generate_greedy", "rss_bytes", "sqnr_db"]
+
+GREEDY_TOKENS = 8
+TIE_TOLERANCE = 0.05  # nats; bf16 rounding differs between F.linear and the packed kernel
 
 
 def assert_bf16_close(actual: torch.Tensor, reference: torch.Tensor, min_db: float = MIN_SQNR_DB):
@@ -34,3 +37,29 @@ def packed_keys(policy) -> set[tuple[str, int, int, int]]:
             if rows * n * k >= routing.MIN_WORK:
                 keys.add((route.projection, rows, n, k))
     return keys
+
+
+def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS) -> list[tuple[int, float, dict[int, float]]]:
+    """Greedy tokens from SGLang's /generate, with their logprob and the top-5 alternatives per step."""
+    reply = server.post("/generate", {
+        "text": prompt, "return_logprob": True, "top_logprobs_num": 5,
+        "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
+    })
+    meta = reply["meta_info"]
+    steps = []
+    for (logprob, token, _), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True):
+        steps.append((token, logprob, {t: lp for lp, t, _ in top}))
+    return steps
+
+
+def assert_same_greedy(on: list, off: list) -> None:
+    """Same greedy tokens, except at a bf16 near-tie: there the flag-on pick must be within
+    TIE_TOLERANCE nats of the flag-off server's best logprob (and nothing past it is judged)."""
+    assert len(on) == len(off) > 0
+    for step, ((tok_on, _, _), (tok_off, lp_off, top_off)) in enumerate(zip(on, off, strict=True)):
+        if tok_on != tok_off:
+            # Past a divergence the prefixes differ; only the first pick can be judged.
+            assert tok_on in top_off and top_off[tok_on] >= lp_off - TIE_TOLERANCE, (
+                f"step {step}: flag-on chose {tok_on}, flag-off {tok_off} "
+                f"(off logprobs {top_off})")
+            return

@@ -10,15 +10,17 @@ sets ``OMP_NUM_THREADS`` to the CPUs this container may use (affinity and
 cgroup quota) unless it is set; checks the image's prewarmed Inductor cache
 against the running stack (:mod:`sglang_rvv.inductor_cache`) and copies it
 into the writable cache when it matches; then replaces itself with
-``python -m sglang.launch_server ... --enable-cpu-rvv-inductor``. Every refusal
-is one line on stderr and exit status 64.
+``python -m sglang.launch_server ... --enable-metrics --enable-cpu-rvv-inductor``
+(``/metrics`` carries the policy's route counters). Every refusal is one line on
+stderr and exit status 64.
 
 Environment (defaults in brackets): ``SGLANG_RVV_MODEL_DIR`` [/models/model],
 ``SGLANG_RVV_HOST`` [0.0.0.0], ``SGLANG_RVV_PORT`` [30000],
 ``SGLANG_RVV_MAX_TOTAL_TOKENS`` [4096], ``SGLANG_RVV_WARM_CACHE`` [the image's
 prewarmed cache directory], ``SGLANG_RVV_WARMUP`` [1: compile every shape key
 and measure the route table at load (with a warm cache this only loads artifacts);
-0: compile at first use, every bucket packed],
+0: compile at first use, every bucket packed], ``SGLANG_RVV_POLICY`` [on; off serves
+without --enable-cpu-rvv-inductor, the baseline for an A/B run],
 ``TORCHINDUCTOR_CACHE_DIR`` (writable; set by the image), ``OMP_NUM_THREADS``.
 """
 
@@ -122,22 +124,24 @@ def _writable_dir(path: Path, hint: str) -> None:
         raise Refusal(f"{path} is not writable by uid {os.getuid()}: {hint}")
 
 
-def torch_source_note(lock_path: Path = IMAGE_LOCK) -> str | None:
-    """A startup line when this image's torch is not the patched RVV build."""
+def stack_settings(lock_path: Path | None = None) -> tuple[dict[str, str], list[str]]:
+    """The environment and SGLang arguments this image's stack needs (the lock's
+    ``sglang_env``/``sglang_args`` for the arch; none outside an image)."""
     try:
-        torch_pin = json.loads(lock_path.read_text())["torch"]
-    except (OSError, ValueError, KeyError):
-        return None
-    if torch_pin.get("source") == "debian":
-        return (f"torch {torch_pin.get('version')} comes from Debian's {torch_pin.get('debian_package')} "
-                "(no patched RVV wheelhouse in this image): the generic packed kernel runs, not the RVV one")
-    return None
+        pins = json.loads((lock_path or IMAGE_LOCK).read_text())
+    except (OSError, ValueError):
+        return {}, []
+    return dict(pins.get("sglang_env", {})), list(pins.get("sglang_args", []))
 
 
-def _warmup_args(setting: str) -> list[str]:
-    if setting not in ("1", "0"):
-        raise Refusal(f"SGLANG_RVV_WARMUP={setting!r} must be 1 (warm up at load, the default) or 0")
-    return [] if setting == "1" else ["--no-cpu-rvv-warmup"]
+def _policy_args(policy: str, warmup: str) -> list[str]:
+    if policy not in ("on", "off"):
+        raise Refusal(f"SGLANG_RVV_POLICY={policy!r} must be on (the default) or off (serve without the flag)")
+    if warmup not in ("1", "0"):
+        raise Refusal(f"SGLANG_RVV_WARMUP={warmup!r} must be 1 (warm up at load, the default) or 0")
+    if policy == "off":
+        return []
+    return ["--enable-cpu-rvv-inductor"] + ([] if warmup == "1" else ["--no-cpu-rvv-warmup"])
 
 
 def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
@@ -146,9 +150,8 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     if argv and not argv[0].startswith("-"):
         return Plan(list(argv), env)
     if importlib.util.find_spec("sglang") is None:
-        note = torch_source_note()
-        raise Refusal(f"SGLang is not installed in this image{f'; {note}' if note else ''}. Serving needs the "
-                      "patched wheelhouse; `python -m sglang_rvv.smoke MODEL_DIR` checks the policy here")
+        raise Refusal("SGLang is not installed in this environment; `python -m sglang_rvv.smoke MODEL_DIR` "
+                      "checks the policy without it")
     model_dir = Path(env.get("SGLANG_RVV_MODEL_DIR", "/models/model"))
     architecture = validate_model_dir(model_dir)
     port = _port(env.get("SGLANG_RVV_PORT", "30000"))
@@ -163,7 +166,11 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     from . import inductor_cache
     from .server import cpu_server_args
 
-    notes = [note for note in (torch_source_note(),) if note]
+    stack_env, stack_args = stack_settings()
+    for name, value in stack_env.items():
+        env.setdefault(name, value)
+    notes = [f"stack settings: {' '.join(f'{k}={env[k]}' for k in stack_env)} {' '.join(stack_args)}"
+             ] if stack_env or stack_args else []
     warm_dir = Path(env.get("SGLANG_RVV_WARM_CACHE", WARM_CACHE))
     state = inductor_cache.check(warm_dir, model_dir)
     if state.warm:
@@ -174,13 +181,13 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     else:
         notes.append(f"Inductor cache: {state}")
     env[inductor_cache.STATE_ENV] = "artifact-warm" if state.warm else "artifact-cold"
-    extra = _warmup_args(env.get("SGLANG_RVV_WARMUP", "1"))
+    policy_args = _policy_args(env.get("SGLANG_RVV_POLICY", "on"), env.get("SGLANG_RVV_WARMUP", "1"))
     notes.append(f"serving {model_dir} ({architecture}) on {env.get('SGLANG_RVV_HOST', '0.0.0.0')}:{port} "
                  f"with OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
     command = [
         sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
         "--host", env.get("SGLANG_RVV_HOST", "0.0.0.0"), "--port", str(port),
-        *cpu_server_args(max_total_tokens), "--enable-cpu-rvv-inductor", *extra, *argv,
+        *cpu_server_args(max_total_tokens), *stack_args, "--enable-metrics", *policy_args, *argv,
     ]
     return Plan(command, env, notes)
 

@@ -2,8 +2,10 @@
 
 Both are real custom ops (schema, CPU kernel, fake kernel), so ``torch.compile``
 traces them like any aten op. For Inductor, the linear op is decomposed into the
-provider's traceable form (see :mod:`sglang_rvv.kernels`), which lets Inductor
-generate the loop nest instead of calling back into Python.
+provider's traceable form (see :mod:`sglang_rvv.kernels`): a reduction Inductor
+generates the loop nest for (generic), the RVV branch's prim (which that torch's
+Inductor lowers itself), or the native RVV op (called as an extern kernel); never
+a call back into Python.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import torch
 from torch._inductor.decomposition import register_decomposition
 
 from . import layout
-from .kernels import select_provider
+from .kernels import choose_provider
 
-PROVIDER = select_provider()
+PROVIDER, PROVIDER_REASON = choose_provider()
 PROVIDER_NAME: str = PROVIDER.NAME
 
 _lib = torch.library.Library("sglang_rvv", "DEF")

@@ -20,7 +20,7 @@ import torch
 from . import budget, layout, packed_state, routing
 from .adapters import ROUTE_ATTR, Adapter, resolve_adapter
 from .config import RvvPolicyConfig
-from .ops import PROVIDER_NAME
+from .ops import PROVIDER_NAME, PROVIDER_REASON
 
 log = logging.getLogger("sglang_rvv")
 POLICY_ATTR = "_sglang_rvv_policy"
@@ -33,6 +33,7 @@ class PolicyReport:
 
     adapter: str | None
     provider: str = PROVIDER_NAME
+    provider_reason: str = PROVIDER_REASON  # why this provider (and not a preferred one)
     layout_version: int = layout.LAYOUT_VERSION
     config: dict = field(default_factory=dict)
     packed: list[str] = field(default_factory=list)

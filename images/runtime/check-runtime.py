@@ -5,14 +5,16 @@
 
 What is expected follows the arch's torch source:
 
-* ``wheel``: torch == the pinned version, SGLang == the pinned version, the boot .pth;
+* ``wheel``: torch == the pinned version;
 * ``debian``: torch from the suite's python3-torch (/usr/lib/python3/dist-packages)
-  with the pinned version prefix, and no SGLang (the image cannot serve).
+  with the pinned version prefix.
 
-Both: the pinned Python, sglang-rvv == the app version with its plugin entry
-point, ``import sglang_rvv`` works on this torch, and Inductor finds what its C++
-backend needs (setuptools, torch's headers). Prints one line per mismatch naming
-the lock key, and exits 1 if there is any.
+Both: the pinned Python; SGLang == the pinned version where the image serves
+(``serving``), absent where not; the boot .pth; sglang-rvv == the app version
+with its plugin entry point; ``import sglang_rvv`` works on this torch; where the
+lock pins RVV kernels, the ``rvv`` provider runs them, built from those pins; Inductor
+finds what its C++ backend needs (setuptools, torch's headers). Prints one line
+per mismatch naming the lock key, and exits 1 if there is any.
 """
 
 import importlib
@@ -45,7 +47,9 @@ def problems(lock: dict) -> list[str]:
     if source == "wheel":
         ok = torch.__version__ == torch_pin["version"]
     else:
-        ok = torch.__version__ == torch_pin["version"] or torch.__version__.startswith(torch_pin["version"] + ".")
+        # Debian's is "2.14.1+debian": the pin is a version prefix, before any local label
+        release = torch.__version__.split("+")[0]
+        ok = release == torch_pin["version"] or release.startswith(torch_pin["version"] + ".")
         location = Path(torch.__file__).resolve().parent.parent
         if location != DEBIAN_DIST_PACKAGES:
             found.append(f"arch.{arch}.torch.source: lock {source} ({torch_pin.get('debian_package')} in "
@@ -54,23 +58,46 @@ def problems(lock: dict) -> list[str]:
         found.append(f"arch.{arch}.torch.version: lock {torch_pin['version']}, image has {torch.__version__}")
 
     sglang = _version("sglang")
-    if source == "wheel" and sglang != lock["sglang"]["version"]:
+    if lock["serving"] == "sglang" and sglang != lock["sglang"]["version"]:
         found.append(f"sglang.version: lock {lock['sglang']['version']}, image has sglang {sglang or 'not installed'}")
-    elif source != "wheel" and sglang is not None:
-        found.append(f"arch.{arch}.torch.source: lock {source} installs no SGLang, image has sglang {sglang}")
+    elif lock["serving"] != "sglang" and sglang is not None:
+        found.append(f"arch.{arch}: the lock installs no SGLang here, image has sglang {sglang}")
     app = _version("sglang-rvv")
     if app != lock["app"]["version"]:
         found.append(f"app.version: lock {lock['app']['version']}, image has sglang-rvv {app or 'not installed'}")
     plugins = {ep.name for ep in md.entry_points(group="sglang.srt.plugins")}
     if "sglang_rvv" not in plugins:
         found.append(f"sglang-rvv plugin entry point missing (sglang.srt.plugins: {sorted(plugins)})")
-    if source == "wheel" and not (Path(sysconfig.get_paths()["purelib"]) / "sglang_rvv_boot.pth").is_file():
+    if not (Path(sysconfig.get_paths()["purelib"]) / "sglang_rvv_boot.pth").is_file():
         found.append("sglang_rvv_boot.pth missing (python -m sglang_rvv_boot not run)")
     try:  # registers the custom ops: fails on a torch too old for them
         importlib.import_module("sglang_rvv.ops")
     except Exception as exc:  # any failure to import is the finding
         found.append(f"import sglang_rvv failed on torch {torch.__version__}: {type(exc).__name__}: {exc}")
+        return found
+    found += kernel_problems(lock)
     found += inductor_problems(torch, source, arch)
+    return found
+
+
+def kernel_problems(lock: dict) -> list[str]:
+    """Where the lock pins RVV kernels, they are what runs: built from the pinned sources
+    for this torch, and picked as the provider (on this CPU model: V is there)."""
+    pins = lock.get("kernels")
+    if not pins:
+        return []
+    import sglang_rvv.ops
+    from sglang_rvv.kernels import rvv
+
+    found = []
+    if sglang_rvv.ops.PROVIDER_NAME != rvv.NAME:
+        found.append(f"arch.{lock['arch']}.kernels: provider {sglang_rvv.ops.PROVIDER_NAME}, not {rvv.NAME}: "
+                     f"{sglang_rvv.ops.PROVIDER_REASON}")
+    built = json.loads(rvv.library_path().with_name("kernels.json").read_text())
+    for key in ("source_sha256", "compiler_version"):
+        if built.get(key) != pins[key]:
+            found.append(f"arch.{lock['arch']}.kernels.{key}: lock {pins[key]}, the library was built with "
+                         f"{built.get(key)}")
     return found
 
 
@@ -101,7 +128,7 @@ def main() -> int:
 
         import sglang_rvv.ops
 
-        sglang = md.version("sglang") if lock["torch"]["source"] == "wheel" else "not installed (serving unavailable)"
+        sglang = md.version("sglang") if lock["serving"] == "sglang" else "not installed (serving unavailable)"
         print(f"check-runtime: ok: python {sys.version.split()[0]}, torch {torch.__version__} "
               f"({lock['torch']['source']}), sglang {sglang}, sglang-rvv {md.version('sglang-rvv')} "
               f"(provider {sglang_rvv.ops.PROVIDER_NAME})")

@@ -34,6 +34,11 @@ make_rootfs() {
   mkdir -p "${cache}"
   mirror=$(lock base.mirror)
   packages=$(lock "arch.${ARCH}.packages" | paste -sd, -)
+  # Debian testing's Release file can be past its Valid-Until; the lock says where to accept that.
+  local aptopts=()
+  if [[ $(lock_or "arch.${ARCH}.apt_check_valid_until" true) == false ]]; then
+    aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
+  fi
   python3 "${LOCK_PY}" export "${ARCH}" >"${workdir}/base.json"
   log "mmdebstrap ${suite} ${ARCH} (+ ${packages}) from ${mirror}"
   SOURCE_DATE_EPOCH=$(lock base.source_date_epoch) mmdebstrap \
@@ -47,6 +52,7 @@ make_rootfs() {
     --architectures="${ARCH}" \
     --include="${packages}" \
     --aptopt='APT::Install-Recommends "false"' \
+    "${aptopts[@]}" \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' \

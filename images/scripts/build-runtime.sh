@@ -7,10 +7,13 @@
 # 2. stages a build context (requirements, app sources, the arch's pins, this folder's files)
 #    and digests it with the base image id: an image labelled with that digest is kept
 #    (unless --force);
-# 3. torch source 'wheel': downloads the locked wheels into BUILD_DIR/wheelhouse-ARCH on
-#    the host (pip, hash-checked; files already there are reused) and links them into the
-#    context; 'debian' (riscv64 without patched wheels): no wheelhouse, the venv sees the
-#    base's python3-torch and gets the app only (no SGLang: label serving=unavailable);
+# 3. downloads the locked wheels into BUILD_DIR/wheelhouse-ARCH on the host (pip,
+#    hash-checked; files already there are reused) and links them into the context.
+#    Torch source 'wheel': all of requirements/lock.txt, for the host's arch. 'debian'
+#    (riscv64): the venv sees the base's Debian packages (python3-torch and the rest) and
+#    adds the arch's wheelhouse: pure-Python wheels, and SGLang repacked as py3-none-any
+#    (repack-pure.py, checked against its pinned sha256); plus the RVV kernel extension,
+#    cross-compiled on the host against the base image's rootfs (build-kernels.sh);
 # 4. podman build --network=none (a foreign arch under qemu-user); the image checks itself
 #    against the pins while building;
 # 5. tags the result (version and arch tags) only when it is complete.
@@ -35,7 +38,7 @@ check_supported() {
     debian)
       [[ $(lock "arch.${ARCH}.torch.patched_wheels") == "{}" ]] \
         || die "runtime ${ARCH}: arch.${ARCH}.torch.patched_wheels pins a wheelhouse, but installing patched wheels is not implemented yet (empty the table to build on Debian's $(lock "arch.${ARCH}.torch.debian_package"))"
-      log "runtime ${ARCH}: torch from Debian's $(lock "arch.${ARCH}.torch.debian_package") $(lock "arch.${ARCH}.torch.version"), no wheelhouse: the image has no SGLang and cannot serve"
+      log "runtime ${ARCH}: torch from Debian's $(lock "arch.${ARCH}.torch.debian_package") $(lock "arch.${ARCH}.torch.version"), SGLang $(lock sglang.version) from the arch's wheelhouse"
       ;;
     *) die "runtime ${ARCH}: unknown torch source '${TORCH_SOURCE}' (arch.${ARCH}.torch.source)" ;;
   esac
@@ -51,15 +54,42 @@ check_base() {
     || die "base image ${base} was built from other inputs (label ${LABEL_PREFIX}.base-inputs=${have:-none}, lock gives ${want}): run images/scripts/build-base.sh ${ARCH}"
 }
 
+# The repacked wheels' sources are requirements/lock.txt's x86_64 wheels, whatever the host.
+SOURCE_PLATFORM=(--platform manylinux_2_34_x86_64 --python-version 3.11 --implementation cp --abi cp311)
+
 fill_wheelhouse() {
-  local wheelhouse="$1" requirements="$2"
+  local wheelhouse="$1" requirements="$2" platform=()
+  [[ ${TORCH_SOURCE} == wheel ]] || platform=("${SOURCE_PLATFORM[@]}")
   mkdir -p "${wheelhouse}"
-  log "wheelhouse ${wheelhouse}: pip download (hash-checked)"
+  log "wheelhouse ${wheelhouse}: pip download of $(grep -c '==' "${requirements}") wheels (hash-checked)"
   # (pip's config may name local indexes that lack some packages: drop those warnings)
   python3 -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
-    --only-binary=:all: --dest "${wheelhouse}" -r "${requirements}" \
+    --only-binary=:all: "${platform[@]}" --dest "${wheelhouse}" -r "${requirements}" \
     2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2) \
     || die "pip download of ${requirements} failed (see above): the wheelhouse lacks a locked wheel"
+}
+
+# Each repacked wheel is made from its downloaded source and must hash to its pin.
+repack_wheels() {
+  local wheelhouse="$1" name source want have repacked
+  while read -r name source want; do
+    log "repacking ${source} as py3-none-any (native extensions dropped)"
+    repacked=$(python3 "${IMAGES_DIR}/scripts/repack-pure.py" "${wheelhouse}/${source}" "${wheelhouse}") \
+      || die "repack of ${source} failed (see above)"
+    have=$(sha256sum "${repacked}" | cut -d' ' -f1)
+    [[ ${have} == "${want}" ]] \
+      || die "${repacked##*/}: sha256 ${have} != lock arch.${ARCH}.wheelhouse.repacked.${name}.sha256 ${want} (the source wheel or repack-pure.py changed; pin the new digest only after checking why)"
+  done < <(python3 "${LOCK_PY}" repacked "${ARCH}")
+}
+
+# The RVV kernels, cross-compiled against the base image's own rootfs (its libtorch-dev).
+build_kernels() {
+  local base="$1" ctx="$2" sysroot
+  [[ $(lock_or "arch.${ARCH}.kernels.compiler" none) != none ]] || return 0
+  sysroot=$(podman image mount "${base}") || die "cannot mount ${base} as the kernels' sysroot"
+  "${IMAGES_DIR}/scripts/build-kernels.sh" "${sysroot}" "${ctx}/src/app/sglang_rvv/kernels/lib" \
+    || { podman image unmount "${base}" >/dev/null; die "the RVV kernel build failed (see above)"; }
+  podman image unmount "${base}" >/dev/null
 }
 
 # Everything but the wheels (which requirements.txt pins by hash).
@@ -67,12 +97,7 @@ stage_context() {
   local ctx="$1"
   rm -rf "${ctx}"
   mkdir -p "${ctx}/src"
-  if [[ ${TORCH_SOURCE} == wheel ]]; then
-    python3 "${LOCK_PY}" runtime-requirements "${ctx}/requirements.txt"
-  else  # nothing from a wheelhouse; these keep the Containerfile's bind mounts valid
-    mkdir -p "${ctx}/wheels"
-    echo "# torch source ${TORCH_SOURCE}: no wheelhouse" >"${ctx}/requirements.txt"
-  fi
+  python3 "${LOCK_PY}" runtime-requirements "${ctx}/requirements.txt" "${ARCH}"
   python3 "${LOCK_PY}" export "${ARCH}" >"${ctx}/lock.json"
   tar -C "${REPO_DIR}" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml README.md app \
     | tar -C "${ctx}/src" -xf -
@@ -103,6 +128,7 @@ build_image() {
     --build-arg "CONTEXT_DIGEST=${digest}" \
     --build-arg "TORCH_SOURCE=${TORCH_SOURCE}" \
     --build-arg "INDUCTOR_CACHE_KEY=$(lock "arch.${ARCH}.inductor_cache_key")" \
+    --build-arg "QEMU_CPU=$( [[ ${ARCH} == "$(host_arch)" ]] || lock_or "arch.${ARCH}.qemu_cpu" '')" \
     "${labels[@]}" \
     --label "${LABEL_PREFIX}.context-digest=${digest}" \
     --label "org.opencontainers.image.revision=$(source_revision)" \
@@ -135,12 +161,14 @@ main() {
     log "${image} is up to date (context-digest ${digest:0:12})"
     return
   fi
-  if [[ ${TORCH_SOURCE} == wheel ]]; then
-    wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"
-    fill_wheelhouse "${wheelhouse}" "${ctx}/requirements.txt"
-    timer_report "wheelhouse"
-    link_wheels "${ctx}" "${wheelhouse}"
-  fi
+  wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"
+  python3 "${LOCK_PY}" download-requirements "${ARCH}" "${ctx}/download.txt"
+  fill_wheelhouse "${wheelhouse}" "${ctx}/download.txt"
+  rm "${ctx}/download.txt"
+  repack_wheels "${wheelhouse}"
+  timer_report "wheelhouse"
+  link_wheels "${ctx}" "${wheelhouse}"
+  build_kernels "${base}" "${ctx}"
   TMP_REF="${image}-tmp-$$"
   trap cleanup EXIT
   build_image "${ctx}" "${base}" "${digest}"

@@ -7,7 +7,8 @@
 # Environment: PODMAN_COMPOSE (podman-compose; "podman compose" works too), SGLANG_RVV_PORT (30000), SGLANG_RVV_MODEL
 # (models.default of images/lock.toml), SGLANG_RVV_CACHE (cold: the model image; warm: the
 # image with the prewarmed Inductor cache), SGLANG_RVV_IMAGE (overrides both),
-# SGLANG_RVV_UP_TIMEOUT (600 s); the rest of compose.yaml's variables pass through.
+# SGLANG_RVV_UP_TIMEOUT (600 s; 1800 s for an emulated arch), SGLANG_RVV_QEMU_CPU (an emulated
+# arch's lock qemu_cpu); the rest of compose.yaml's variables pass through.
 # The health status is driven by `podman healthcheck run` (the compose healthcheck, run
 # inside the container): podman 4.3 schedules healthchecks with systemd timers, and
 # without systemd nothing would ever run them.
@@ -40,13 +41,17 @@ container_id() {
 container_state() { podman inspect --format '{{.State.Status}}' "$1" 2>/dev/null || echo gone; }
 
 wait_healthy() {
-  local id="$1" timeout="$2" began=${SECONDS}
+  local id="$1" timeout="$2" began=${SECONDS} next_note=30
   while ! podman healthcheck run "${id}" >/dev/null 2>&1; do
     if [[ $(container_state "${id}") != running ]]; then
       podman logs --tail 40 "${id}" >&2 || true
       die "container ${id} is $(container_state "${id}") before becoming healthy (logs above)"
     fi
     ((SECONDS - began < timeout)) || die "container ${id} not healthy after ${timeout} s (podman logs ${id})"
+    if ((SECONDS - began >= next_note)); then  # a long start says where it is
+      log "starting ($((SECONDS - began)) s): $(podman logs --tail 1 "${id}" 2>&1 | cut -c1-160)"
+      next_note=$((next_note + 30))
+    fi
     sleep 3
   done
   log "healthy after $((SECONDS - began)) s"
@@ -63,10 +68,19 @@ up() {
   esac
   export SGLANG_RVV_IMAGE
   image_exists "${SGLANG_RVV_IMAGE}" || die "image ${SGLANG_RVV_IMAGE} not found: build it first (make image)"
+  local timeout="${SGLANG_RVV_UP_TIMEOUT:-600}"
+  if [[ ${arch} != "$(host_arch)" ]]; then
+    need_emulation "${arch}"
+    export SGLANG_RVV_QEMU_CPU="${SGLANG_RVV_QEMU_CPU:-$(lock "arch.${arch}.qemu_cpu")}"
+    # Timings under qemu say nothing about the board: no load-time warm-up and route table.
+    export SGLANG_RVV_WARMUP="${SGLANG_RVV_WARMUP:-0}"
+    timeout="${SGLANG_RVV_UP_TIMEOUT:-1800}"
+    log "${arch} under qemu-user (QEMU_CPU=${SGLANG_RVV_QEMU_CPU}, SGLANG_RVV_WARMUP=${SGLANG_RVV_WARMUP}): the first start takes minutes"
+  fi
   compose up -d
   id=$(container_id)
   [[ -n ${id} ]] || die "podman-compose started no ${SERVICE} container"
-  wait_healthy "${id}" "${SGLANG_RVV_UP_TIMEOUT:-600}"
+  wait_healthy "${id}" "${timeout}"
   cat <<MSG
 serving ${model} from ${SGLANG_RVV_IMAGE} on ${SGLANG_RVV_BIND:-127.0.0.1}:${port}
   curl http://127.0.0.1:${port}/v1/completions -H 'Content-Type: application/json' \\

@@ -25,6 +25,8 @@ LOCK_ARGS=(${SGLANG_RVV_LOCK:+--lock "${SGLANG_RVV_LOCK}"})
 
 # lock KEY... : print values from images/lock.toml (see lock.py get --help)
 lock() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" get "$@"; }
+# lock_or KEY DEFAULT : a value from the lock, or DEFAULT where the key is not set
+lock_or() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" get "$1" 2>/dev/null || echo "$2"; }
 
 host_arch() {
   case "$(uname -m)" in

@@ -12,8 +12,11 @@ any venv exists. Commands::
     lock.py base-inputs ARCH          digest of everything a base image is built from
     lock.py labels ARCH IMAGE         `--label=k=v` lines for podman build
     lock.py export ARCH               the arch's pins as JSON (copied into images)
-    lock.py runtime-requirements OUT  requirements/lock.txt minus python.runtime_exclude
+    lock.py runtime-requirements OUT [ARCH]   what the runtime image installs (hash-pinned)
+    lock.py download-requirements ARCH OUT   what the wheelhouse downloads for it
+    lock.py repacked ARCH             "NAME SOURCE SHA256" per wheel the wheelhouse repacks
     lock.py verify-model NAME DIR     every file of DIR against models.NAME.sha256
+    lock.py kernels-source-sha256     digest of the RVV kernel sources (arch.*.kernels.source_sha256)
 
 Every failure is one line per problem on stderr that names the input, exit 1.
 """
@@ -31,6 +34,7 @@ from pathlib import Path
 IMAGES_DIR = Path(__file__).resolve().parent.parent
 REPO_DIR = IMAGES_DIR.parent
 LOCK_PATH = IMAGES_DIR / "lock.toml"
+KERNELS_SRC = REPO_DIR / "app" / "sglang_rvv" / "kernels" / "csrc"
 LABEL_PREFIX = "io.sglang-rvv"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REQUIREMENT_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s*\\?$")
@@ -64,6 +68,22 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def kernels_source_sha256(directory: Path = KERNELS_SRC) -> str:
+    """sha256 of `sha256sum` over every file of ``directory``, sorted by relative path."""
+    files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+    listing = "".join(f"{sha256_file(directory / name)}  {name}\n" for name in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def _check_kernels(where: str, kernels: dict, problems: list[str]) -> None:
+    for key in ("compiler", "compiler_version", "flags", "march", "march_rvv", "source_sha256"):
+        if key not in kernels:
+            problems.append(f"{where}.kernels.{key} missing")
+    if "source_sha256" in kernels and kernels["source_sha256"] != (actual := kernels_source_sha256()):
+        problems.append(f"{where}.kernels.source_sha256 is stale: {KERNELS_SRC.relative_to(REPO_DIR)} gives "
+                        f"\"{actual}\" (was \"{kernels['source_sha256']}\"); run lock.py refresh")
+
+
 def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -80,6 +100,8 @@ def base_inputs(lock: dict, arch: str) -> dict:
     return {
         "arch": arch, **lock["base"],
         **{k: pins[k] for k in ("debian_suite", "debian_version", "packages")},
+        # only where set, so the amd64 base keeps its inputs digest
+        **{k: pins[k] for k in ("apt_check_valid_until",) if k in pins},
     }
 
 
@@ -156,6 +178,8 @@ def check(lock: dict) -> list[str]:
         for key in ("debian_suite", "debian_version", "python", "isa", "packages", "torch", "inductor_cache_key"):
             if key not in pins:
                 problems.append(f"{where}.{key} missing")
+        if "kernels" in pins:
+            _check_kernels(where, pins["kernels"], problems)
         if any(key not in pins for key in ("torch", "inductor_cache_key")):
             continue
         torch = pins["torch"]
@@ -173,6 +197,7 @@ def check(lock: dict) -> list[str]:
                 _check_shas(f"{where}.torch.patched_wheels", patched, problems)
         else:
             problems.append(f"{where}.torch.source must be 'wheel' or 'debian' (got {torch.get('source')!r})")
+        _check_wheelhouse(where, pins.get("wheelhouse"), reqs, lock["python"]["requirements"], problems)
         expected = cache_key(lock, arch)
         if pins["inductor_cache_key"] != expected:
             problems.append(f"{where}.inductor_cache_key is stale: the pins give \"{expected}\" "
@@ -202,11 +227,29 @@ def check(lock: dict) -> list[str]:
     return problems
 
 
+def _check_wheelhouse(where: str, wheelhouse: dict | None, reqs: dict, req_name: str, problems: list[str]) -> None:
+    if wheelhouse is None:
+        return
+    for name in wheelhouse.get("pure", []):
+        if _normalize(name) not in reqs:
+            problems.append(f"{where}.wheelhouse.pure names '{name}', which {req_name} does not pin")
+    for name, pin in wheelhouse.get("repacked", {}).items():
+        where_pin = f"{where}.wheelhouse.repacked.{name}"
+        pinned = reqs.get(_normalize(name))
+        if pinned is None:
+            problems.append(f"{where_pin}: {req_name} does not pin '{name}'")
+        elif not str(pin.get("source", "")).startswith(f"{name}-{pinned[0]}-"):
+            problems.append(f"{where_pin}.source {pin.get('source')!r} is not {req_name}'s {name}=={pinned[0]} wheel")
+        if not SHA256_RE.match(str(pin.get("sha256", ""))):
+            problems.append(f"{where_pin}.sha256: not a sha256 ({pin.get('sha256')!r})")
+
+
 def refresh(path: Path) -> list[str]:
     """Rewrite, in place, the pins that follow from the repo; returns one line per change.
 
     app.version (pyproject.toml), sglang.version and python.requirements_sha256
-    (requirements/lock.txt), then every arch's inductor_cache_key. Other pins (Debian
+    (requirements/lock.txt), then every arch's inductor_cache_key and kernels.source_sha256
+    (app/sglang_rvv/kernels/csrc). Other pins (Debian
     suites, torch wheels, model digests) are decisions or downloads: check names them.
     """
     text = path.read_text()
@@ -230,6 +273,8 @@ def refresh(path: Path) -> list[str]:
     lock = tomllib.loads(text)
     for arch in lock["arch"]:
         set_value(f"arch.{arch}", "inductor_cache_key", cache_key(lock, arch))
+        if "kernels" in lock["arch"][arch]:
+            set_value(f"arch.{arch}.kernels", "source_sha256", kernels_source_sha256())
     if changes:
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text)
@@ -259,20 +304,23 @@ def export(lock: dict, arch: str) -> dict:
     return {
         "arch": arch, "app": lock["app"], "sglang": lock["sglang"],
         "python": {k: v for k, v in lock["python"].items() if k != "runtime_exclude"},
-        **{k: v for k, v in pins.items() if k != "packages"},
+        **{k: v for k, v in pins.items() if k not in ("packages", "apt_check_valid_until")},
         "base_inputs": _digest(base_inputs(lock, arch)),
         "serving": "sglang" if serves(lock, arch) else "unavailable",
     }
 
 
 def serves(lock: dict, arch: str) -> bool:
-    """Whether the arch's runtime image has SGLang, i.e. installs the locked stack.
+    """Whether the arch's runtime image has SGLang.
 
     Torch source ``wheel``: the whole of requirements/lock.txt, SGLang included.
-    ``debian``: the suite's python3-torch and the app only; SGLang needs the
-    patched riscv64 wheels (``torch.patched_wheels``), which are not installed yet.
+    ``debian``: the suite's packages, plus the ``wheelhouse`` wheels when the arch
+    pins one with SGLang in it; without it, the app only.
     """
-    return arch_pins(lock, arch)["torch"]["source"] == "wheel"
+    pins = arch_pins(lock, arch)
+    wheelhouse = pins.get("wheelhouse", {})
+    return pins["torch"]["source"] == "wheel" or "sglang" in (*wheelhouse.get("pure", ()),
+                                                              *wheelhouse.get("repacked", {}))
 
 
 def labels(lock: dict, arch: str, image: str) -> dict[str, str]:
@@ -299,22 +347,65 @@ def labels(lock: dict, arch: str, image: str) -> dict[str, str]:
         })
         if serving:
             values[f"{LABEL_PREFIX}.requirements-sha256"] = lock["python"]["requirements_sha256"]
+        kernels = pins.get("kernels")
+        if kernels:  # the RVV extension built into this runtime: how, and from what
+            values.update({
+                f"{LABEL_PREFIX}.kernels-compiler": f"{kernels['compiler']} {kernels['compiler_version']}",
+                f"{LABEL_PREFIX}.kernels-flags": " ".join(kernels["flags"]) if isinstance(kernels["flags"], list)
+                else kernels["flags"],
+                f"{LABEL_PREFIX}.kernels-source-sha256": kernels["source_sha256"],
+            })
     return values
 
 
-def runtime_requirements(lock: dict, out: Path) -> None:
-    """Copy the requirements file without the excluded packages (each entry keeps its hashes)."""
-    exclude = {re.sub(r"[-_.]+", "-", n).lower() for n in lock["python"].get("runtime_exclude", [])}
-    lines, skipping = [], False
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_lines(lock: dict, exclude: set[str] | None = None, only: set[str] | None = None) -> list[str]:
+    """requirements/lock.txt's entries (each with its hashes), filtered by normalized name."""
+    lines, keeping = [], True
     for line in (REPO_DIR / lock["python"]["requirements"]).read_text().splitlines():
         match = REQUIREMENT_RE.match(line.strip())
         if match:
-            skipping = re.sub(r"[-_.]+", "-", match.group(1)).lower() in exclude
+            name = _normalize(match.group(1))
+            keeping = (only is None or name in only) and name not in (exclude or set())
         elif not line.startswith((" ", "\t")):
-            skipping = False
-        if not skipping:
+            keeping = only is None
+        if keeping:
             lines.append(line)
+    return lines
+
+
+def _wheelhouse(lock: dict, arch: str) -> dict:
+    return arch_pins(lock, arch).get("wheelhouse", {})
+
+
+def runtime_requirements(lock: dict, out: Path, arch: str | None = None) -> None:
+    """What the runtime image installs: requirements/lock.txt without the excluded packages
+    (torch source ``wheel``), or the arch's wheelhouse: its pure wheels as lock.txt pins them
+    and its repacked wheels at their repacked sha256 (``debian``)."""
+    if arch is None or arch_pins(lock, arch)["torch"]["source"] == "wheel":
+        exclude = {_normalize(n) for n in lock["python"].get("runtime_exclude", [])}
+        lines = _requirement_lines(lock, exclude=exclude)
+    else:
+        wheelhouse = _wheelhouse(lock, arch)
+        lines = _requirement_lines(lock, only={_normalize(n) for n in wheelhouse.get("pure", [])})
+        reqs = parse_requirements(REPO_DIR / lock["python"]["requirements"])
+        for name, pin in wheelhouse.get("repacked", {}).items():
+            lines.append(f"{name}=={reqs[_normalize(name)][0]} \\\n    --hash=sha256:{pin['sha256']}")
     out.write_text("\n".join(lines) + "\n")
+
+
+def download_requirements(lock: dict, arch: str, out: Path) -> None:
+    """What the arch's wheelhouse downloads: its runtime requirements, with each repacked
+    wheel replaced by its source wheel as requirements/lock.txt pins it."""
+    if arch_pins(lock, arch)["torch"]["source"] == "wheel":
+        runtime_requirements(lock, out, arch)
+        return
+    wheelhouse = _wheelhouse(lock, arch)
+    names = {_normalize(n) for n in (*wheelhouse.get("pure", []), *wheelhouse.get("repacked", {}))}
+    out.write_text("\n".join(_requirement_lines(lock, only=names)) + "\n")
 
 
 def _print(value) -> None:
@@ -342,7 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("labels")
     p.add_argument("arch")
     p.add_argument("image")
-    sub.add_parser("runtime-requirements").add_argument("out", type=Path)
+    p = sub.add_parser("runtime-requirements")
+    p.add_argument("out", type=Path)
+    p.add_argument("arch", nargs="?")
+    p = sub.add_parser("download-requirements")
+    p.add_argument("arch")
+    p.add_argument("out", type=Path)
+    sub.add_parser("repacked").add_argument("arch")
+    sub.add_parser("kernels-source-sha256")
     p = sub.add_parser("verify-model")
     p.add_argument("name")
     p.add_argument("directory", type=Path)
@@ -378,7 +476,14 @@ def main(argv: list[str] | None = None) -> int:
             for key, value in labels(lock, args.arch, args.image).items():
                 print(f"--label={key}={value}")
         elif args.command == "runtime-requirements":
-            runtime_requirements(lock, args.out)
+            runtime_requirements(lock, args.out, args.arch)
+        elif args.command == "download-requirements":
+            download_requirements(lock, args.arch, args.out)
+        elif args.command == "repacked":
+            for name, pin in _wheelhouse(lock, args.arch).get("repacked", {}).items():
+                print(name, pin["source"], pin["sha256"])
+        elif args.command == "kernels-source-sha256":
+            print(kernels_source_sha256())
         elif args.command == "verify-model":
             problems = verify_model(lock, args.name, args.directory)
             if problems:

@@ -33,3 +33,19 @@ def test_refresh_rewrites_stale_derived_pins_and_nothing_else(tmp_path):
     assert refresh.returncode == 0, refresh.stderr
     assert "sglang.version: 0.0.1 -> 0.5.21" in refresh.stdout
     assert lock.read_text() == good  # comments, order and every other pin untouched
+
+
+def test_a_stale_kernels_digest_is_named_and_refreshed(tmp_path):
+    good = (REPO / "images" / "lock.toml").read_text()
+    stale = good.replace('source_sha256 = "', 'source_sha256 = "0000', 1)
+    assert stale != good
+    lock = tmp_path / "lock.toml"
+    lock.write_text(stale)
+
+    check = _lock_py("--lock", str(lock), "check")
+    assert check.returncode == 1
+    assert "arch.riscv64.kernels.source_sha256 is stale: app/sglang_rvv/kernels/csrc gives" in check.stderr
+
+    refresh = _lock_py("--lock", str(lock), "refresh")
+    assert refresh.returncode == 0, refresh.stderr
+    assert lock.read_text() == good

@@ -45,6 +45,7 @@ def test_serve_plan_without_a_warm_cache_is_cold_and_warms_up_at_load(environ, m
     assert command[1:3] == ["-m", "sglang.launch_server"]
     assert command[command.index("--model-path") + 1] == str(model_dir)
     assert "--enable-cpu-rvv-inductor" in command and "--no-cpu-rvv-warmup" not in command  # warm-up is on
+    assert "--enable-metrics" in command  # the route counters on /metrics
     assert command[command.index("--port") + 1] == "30000"
     assert result.env[inductor_cache.STATE_ENV] == "artifact-cold"
     assert int(result.env["OMP_NUM_THREADS"]) == usable_cpus()
@@ -52,6 +53,12 @@ def test_serve_plan_without_a_warm_cache_is_cold_and_warms_up_at_load(environ, m
     assert int(plan([], {**environ, "OMP_NUM_THREADS": ""}).env["OMP_NUM_THREADS"]) == usable_cpus()
     assert any("no prewarmed cache" in note for note in result.notes)
     assert any("(LlamaForCausalLM)" in note for note in result.notes)
+
+
+def test_policy_off_serves_without_the_flag(environ):
+    command = plan([], {**environ, "SGLANG_RVV_POLICY": "off", "SGLANG_RVV_WARMUP": "0"}).command
+    assert not any(arg.startswith(("--enable-cpu-rvv", "--no-cpu-rvv")) for arg in command), command
+    assert "--enable-metrics" in command
 
 
 def test_options_are_appended_and_commands_run_instead(environ):
@@ -99,6 +106,7 @@ def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_d
         (lambda env, model: env.update(SGLANG_RVV_PORT="70000"), "not a TCP port"),
         (lambda env, model: env.update(SGLANG_RVV_MAX_TOTAL_TOKENS="0"), "positive number"),
         (lambda env, model: env.update(SGLANG_RVV_WARMUP="yes"), "SGLANG_RVV_WARMUP='yes' must be 1"),
+        (lambda env, model: env.update(SGLANG_RVV_POLICY="1"), "SGLANG_RVV_POLICY='1' must be on"),
         (lambda env, model: env.update(OMP_NUM_THREADS="all"), "positive thread count"),
     ],
 )
@@ -125,9 +133,18 @@ def test_usable_cpus_honours_the_cgroup_quota(tmp_path):
     assert usable_cpus(tmp_path) == len(os.sched_getaffinity(0))
 
 
-def test_a_debian_torch_is_announced(tmp_path):
+def test_the_image_stack_settings_reach_sglang(tmp_path, environ, monkeypatch):
+    """riscv64's lock sets USE_LIBUV=0 (Debian's torch has no libuv) and --grammar-backend none;
+    a value the caller set wins over the lock's."""
     lock = tmp_path / "lock.json"
-    lock.write_text(json.dumps({"torch": {"source": "debian", "version": "2.6", "debian_package": "python3-torch"}}))
-    assert "python3-torch" in entrypoint.torch_source_note(lock)
-    lock.write_text(json.dumps({"torch": {"source": "wheel", "version": "2.13.0+cpu"}}))
-    assert entrypoint.torch_source_note(lock) is None
+    lock.write_text(json.dumps({"sglang_env": {"USE_LIBUV": "0", "SGLANG_X": "lock"},
+                                "sglang_args": ["--grammar-backend", "none"]}))
+    monkeypatch.setattr(entrypoint, "IMAGE_LOCK", lock)
+    result = entrypoint.plan([], {**environ, "SGLANG_X": "caller"})
+    assert result.env["USE_LIBUV"] == "0" and result.env["SGLANG_X"] == "caller"
+    args = result.command
+    assert args[args.index("--grammar-backend") + 1] == "none"
+    assert any(note.startswith("stack settings: USE_LIBUV=0 SGLANG_X=caller --grammar-backend none")
+               for note in result.notes), result.notes
+    monkeypatch.setattr(entrypoint, "IMAGE_LOCK", tmp_path / "absent.json")
+    assert entrypoint.stack_settings() == ({}, [])

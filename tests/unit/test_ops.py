@@ -1,5 +1,6 @@
 """The packed layout and the two custom ops."""
 
+import platform
 import subprocess
 import sys
 import textwrap
@@ -141,6 +142,72 @@ def test_forcing_a_missing_provider_fails_clearly():
     )
     assert result.returncode != 0
     assert "SGLANG_RVV_OP_PROVIDER='rvv_prims' was requested" in result.stderr
+
+
+@pytest.mark.parametrize("isa,has_v", [
+    ("rv64imafdcv_zicbom_zicboz_zicntr_zicond_zicsr_zifencei_zihintpause_zihpm_zfh_zfhmin_zca_zcd_zba_zbb_zbc_zbs_"
+     "zkt_zve32f_zve32x_zve64d_zve64f_zve64x_zvfh_zvfhmin_zvkt_sscofpmf_sstc_svinval_svnapot_svpbmt", True),
+    ("rv64gcv", True),
+    ("rv64imafdc_zicsr_zifencei_zve32x", False),  # an embedded vector subset is not V
+    ("rv64imafdch_zvkb", False),
+])
+def test_v_is_read_from_the_single_letter_extensions(isa, has_v):
+    from sglang_rvv.kernels import rvv
+
+    assert rvv.isa_has_v(isa) is has_v
+
+
+def test_the_rvv_provider_says_why_it_does_not_run_here(caplog):
+    from sglang_rvv.kernels import choose_provider, rvv
+
+    assert rvv.status() == (False, f"not a riscv64 machine ({platform.machine()})")
+    with caplog.at_level("WARNING", logger="sglang_rvv"):
+        provider, reason = choose_provider()
+    assert provider.NAME == "generic" and f"rvv: not a riscv64 machine ({platform.machine()})" in reason
+    assert not caplog.records  # off riscv64, generic is simply the choice
+    with pytest.raises(RuntimeError, match=r"SGLANG_RVV_OP_PROVIDER='rvv' was requested .*not a riscv64 machine"):
+        choose_provider("rvv")
+
+
+def test_riscv64_without_v_falls_back_with_one_warning(monkeypatch, caplog):
+    from sglang_rvv.kernels import choose_provider, rvv
+
+    monkeypatch.setattr(rvv.platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(rvv, "cpuinfo_isa", lambda: "rv64imafdc_zicsr")
+    monkeypatch.setattr(rvv, "hwcap", lambda: 0x112D)
+    rvv._probe.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="sglang_rvv"):
+            provider, _ = choose_provider()
+        with pytest.raises(RuntimeError, match="no V"):
+            choose_provider("rvv")
+    finally:
+        rvv._probe.cache_clear()
+    assert provider.NAME == "generic"
+    (record,) = caplog.records
+    assert "the CPU reports no V (vector) extension: /proc/cpuinfo isa rv64imafdc_zicsr, AT_HWCAP 0x112d" in (
+        record.getMessage())
+
+
+def test_riscv64_with_v_but_no_library_names_the_path(monkeypatch, tmp_path):
+    from sglang_rvv.kernels import rvv
+
+    monkeypatch.setattr(rvv.platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(rvv, "cpuinfo_isa", lambda: None)
+    monkeypatch.setattr(rvv, "hwcap", lambda: 0x112D | rvv.HWCAP_V)  # qemu-user: no isa line, V in AT_HWCAP
+    monkeypatch.setenv(rvv.LIB_ENV, str(tmp_path / "libsglang_rvv_kernels.so"))
+    rvv._probe.cache_clear()
+    try:
+        ok, reason = rvv.status()
+        (tmp_path / "libsglang_rvv_kernels.so").write_bytes(b"")
+        (tmp_path / "kernels.json").write_text('{"torch_version": "0.0.1", "layout_version": 1}')
+        rvv._probe.cache_clear()
+        ok_mismatch, reason_mismatch = rvv.status()
+    finally:
+        rvv._probe.cache_clear()
+    assert not ok and reason.startswith(f"no kernel library at {tmp_path}/libsglang_rvv_kernels.so")
+    assert not ok_mismatch
+    assert f"was built for torch 0.0.1, this is torch {torch.__version__}: refusing to load it" in reason_mismatch
 
 
 def test_sqnr_metric_detects_a_wrong_result():

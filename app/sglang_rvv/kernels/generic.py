@@ -15,6 +15,10 @@ from ..layout import pack_reference
 NAME = "generic"
 
 
+def status() -> tuple[bool, str]:
+    return True, "portable torch kernels"
+
+
 def available() -> bool:
     return True
 

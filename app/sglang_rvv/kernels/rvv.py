@@ -1,33 +1,149 @@
-"""Kernels from the patched RVV PyTorch branch (``rvv_pytorch_inductor``).
+"""This project's RVV BF16 kernels (``kernels/csrc``), loaded as a torch extension.
 
-That branch registers ``torch.ops.prims.rvv_pack_bf16_weight`` and
-``torch.ops.prims.rvv_packed_bf16_linear`` with the same layout contract as
-:mod:`sglang_rvv.layout`; Inductor lowers the linear prim to its VecRVV
-microkernels. Here we only delegate to them, so Inductor still sees the prim.
+``images/scripts/build-kernels.sh`` cross-compiles them for the riscv64 image's torch into
+``libsglang_rvv_kernels.so``, with ``kernels.json`` beside it (compiler, flags, source digest,
+torch version, layout version). Loading the library registers ``torch.ops.sglang_rvv_native``;
+the fake kernels registered here give its ops shapes, so under ``torch.compile`` Inductor keeps
+the linear op as an extern call into the RVV kernels (``decompose`` is the opaque op itself).
+
+The library is looked for at ``$SGLANG_RVV_KERNELS_LIB``, else at ``lib/libsglang_rvv_kernels.so``
+in this package. It is used only on a riscv64 CPU that reports V, when ``kernels.json`` names the
+running torch and the library loads; :func:`status` says which check failed.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import platform
+import struct
+from pathlib import Path
+
 import torch
 
-from ..layout import LAYOUT_VERSION
+from .. import layout
 
-NAME = "rvv_prims"
-_PACK = "rvv_pack_bf16_weight"
-_LINEAR = "rvv_packed_bf16_linear"
+NAME = "rvv"
+LIB_ENV = "SGLANG_RVV_KERNELS_LIB"
+DEFAULT_LIB = Path(__file__).resolve().parent / "lib" / "libsglang_rvv_kernels.so"
+AT_HWCAP = 16
+HWCAP_V = 1 << (ord("V") - ord("A"))
+
+
+def library_path() -> Path:
+    return Path(os.environ.get(LIB_ENV) or DEFAULT_LIB)
+
+
+def status() -> tuple[bool, str]:
+    """``(True, what runs)`` once the library is loaded and usable, else ``(False, why not)``."""
+    return _probe(str(library_path()))
 
 
 def available() -> bool:
-    return all(hasattr(torch.ops.prims, name) for name in (_PACK, _LINEAR))
+    return status()[0]
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    return getattr(torch.ops.prims, _PACK)(weight, LAYOUT_VERSION)
+    return torch.ops.sglang_rvv_native.pack_bf16_weight(weight, layout.LAYOUT_VERSION)
 
 
 def linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features: int) -> torch.Tensor:
-    return getattr(torch.ops.prims, _LINEAR)(input, packed_weight, out_features, LAYOUT_VERSION)
+    return torch.ops.sglang_rvv_native.packed_bf16_linear(input, packed_weight, out_features, layout.LAYOUT_VERSION)
 
 
-# Under Inductor the prim is kept as is: the RVV branch lowers it itself.
+# Inductor keeps the native op as an extern kernel call; its fake kernel gives the shapes.
 decompose = linear
+
+
+def cpuinfo_isa() -> str | None:
+    """The first ``isa`` line of /proc/cpuinfo (a riscv64 Linux kernel writes one per hart)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "isa":
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def hwcap() -> int | None:
+    """AT_HWCAP from /proc/self/auxv (what the Linux kernel, or qemu-user, grants user space)."""
+    try:
+        data = Path("/proc/self/auxv").read_bytes()
+    except OSError:
+        return None
+    for key, value in struct.iter_unpack("=QQ", data[: len(data) // 16 * 16]):
+        if key == AT_HWCAP:
+            return value
+    return None
+
+
+def isa_has_v(isa: str) -> bool:
+    """Whether an ISA string (``rv64imafdcv_zicbom_...``) has V among its single-letter extensions."""
+    single_letters = isa.lower().split("_")[0]
+    return single_letters.startswith("rv64") and "v" in single_letters[4:]
+
+
+def missing_v() -> str | None:
+    """Why this CPU does not count as having V, or None when /proc/cpuinfo or AT_HWCAP reports it."""
+    isa, caps = cpuinfo_isa(), hwcap()
+    if (isa is not None and isa_has_v(isa)) or (caps is not None and caps & HWCAP_V):
+        return None
+    return (f"the CPU reports no V (vector) extension: /proc/cpuinfo isa {isa or 'absent'}, "
+            f"AT_HWCAP {'unreadable' if caps is None else hex(caps)} without bit 'V'")
+
+
+@functools.cache
+def _probe(path_text: str) -> tuple[bool, str]:
+    machine = platform.machine()
+    if machine != "riscv64":
+        return False, f"not a riscv64 machine ({machine})"
+    reason = missing_v()
+    if reason:
+        return False, reason
+    path = Path(path_text)
+    if not path.is_file():
+        return False, (f"no kernel library at {path} (build it with images/scripts/build-kernels.sh, "
+                       f"or point {LIB_ENV} at one)")
+    manifest = path.with_name("kernels.json")
+    try:
+        built = json.loads(manifest.read_text())
+        built_torch, built_layout = built["torch_version"], built["layout_version"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return False, f"cannot read {manifest}: {exc}"
+    if built_torch != torch.__version__:
+        return False, (f"{path} was built for torch {built_torch}, this is torch {torch.__version__}: "
+                       "refusing to load it (rebuild with images/scripts/build-kernels.sh)")
+    if built_layout != layout.LAYOUT_VERSION:
+        return False, (f"{path} implements packed layout version {built_layout}, this sglang_rvv "
+                       f"uses {layout.LAYOUT_VERSION}")
+    if hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
+        # A second registration of the namespace throws from a static initializer: that aborts.
+        return False, f"another kernel library already registered torch.ops.sglang_rvv_native; not loading {path}"
+    try:
+        torch.ops.load_library(str(path))
+    except (OSError, RuntimeError) as exc:
+        return False, f"loading {path} failed: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
+    isa = torch.ops.sglang_rvv_native.kernel_isa()
+    if not isa.startswith("rvv"):
+        return False, (f"{path} found no V in AT_HWCAP (this Linux kernel does not enable V for user "
+                       f"space), so it would run its scalar twins ({isa})")
+    _register_fakes()
+    return True, f"native RVV kernels ({isa}) from {path}"
+
+
+@functools.cache
+def _register_fakes() -> None:
+    def pack_fake(weight, layout_version):
+        layout.check_weight(weight, layout_version)
+        return weight.new_empty(layout.packed_shape(*weight.shape))
+
+    def linear_fake(input, packed_weight, out_features, layout_version):
+        layout.check_linear_args(input, packed_weight, out_features, layout_version)
+        return input.new_empty((input.shape[0], out_features))
+
+    torch.library.register_fake("sglang_rvv_native::pack_bf16_weight", pack_fake)
+    torch.library.register_fake("sglang_rvv_native::packed_bf16_linear", linear_fake)

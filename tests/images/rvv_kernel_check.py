@@ -1,0 +1,378 @@
+"""Checks of the native RVV kernels, run by python3 inside the riscv64 base image (no pytest there).
+
+    python3 rvv_kernel_check.py full|numeric|no-vector
+
+``full`` and ``numeric`` run under a QEMU_CPU with V (the kernels are the RVV ones). ``full`` checks
+every result against an fp64 reference and the generic provider, plus the provider's fallbacks and
+torch.compile; ``numeric``, for further VLENs, computes the same results for their digests only
+(the host test requires the same bits as ``full``). ``no-vector`` runs without V: the provider
+falls back to generic, and the library, loaded anyway, runs its scalar twins for the same digests.
+The host test (tests/images/test_rvv_kernels.py) mounts the app at /src/app (PYTHONPATH) and
+points SGLANG_RVV_KERNELS_LIB at the built library. Prints one JSON line per case,
+``{"case": NAME, ...}``, with what the case measured; the host test asserts each line, so a
+failure names its case and shape. A case that raises prints ``{"case": NAME, "exception": ...}``
+and the others still run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+LAYOUT_VERSION = 1
+GRID_N = (1, 31, 33, 96, 1000)
+GRID_K = (1, 17, 64, 333)  # 333: two K panels of the RVV kernel (256 + 77)
+GRID_M = (1, 2, 3, 5, 16, 17, 130)
+BUCKET_SHAPE = (100, 70)  # N, K: a 4-column tail block
+BUCKET_ROWS = range(1, 131)
+REALISTIC = (2048, 2048)
+REALISTIC_ROWS = (1, 4, 16)
+MANY_ROWS = (96, 64, 300)  # N, K, M: past the largest bucket
+PACK_SHAPES = ((1, 1), (31, 7), (33, 333), (1000, 64), (2048, 2048))
+
+
+def linear_case(n: int, k: int, m: int) -> str:
+    return f"linear N={n} K={k} M={m}"
+
+
+MODES = ("full", "numeric", "no-vector")
+# Run before sglang_rvv.ops loads the real library: a failed dlopen is only possible while no
+# library has registered torch.ops.sglang_rvv_native.
+BEFORE_OPS = ("load failure",)
+
+
+def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
+    """The cases of a run, in order: (name, function returning the measurements)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    cases: list[tuple[str, Callable[[], dict]]] = []
+    if mode == "full":
+        cases += [("load failure", check_load_failure)]
+    cases += [("env", check_env), ("selection", check_selection), ("kernel isa", check_kernel_isa),
+              ("forced rvv", check_forced_rvv)]
+    if mode == "full":
+        cases += [("torch mismatch", check_torch_mismatch), ("second library", check_second_library),
+                  ("ops dispatch", check_ops_dispatch), ("compile", check_compile)]
+    cases += [(f"pack N={n} K={k}", lambda n=n, k=k: check_pack(n, k)) for n, k in PACK_SHAPES]
+    cases += [(linear_case(n, k, m), lambda n=n, k=k, m=m: check_linear(n, k, m))
+              for n in GRID_N for k in GRID_K for m in GRID_M]
+    cases += [(linear_case(*REALISTIC, m), lambda m=m: check_linear(*REALISTIC, m)) for m in REALISTIC_ROWS]
+    cases += [(linear_case(*MANY_ROWS), lambda: check_linear(*MANY_ROWS))]
+    cases += [(f"bucket N={BUCKET_SHAPE[0]} K={BUCKET_SHAPE[1]} M={m}", lambda m=m: check_bucket(m))
+              for m in BUCKET_ROWS]
+    cases += [("threads", check_threads), ("rounding", check_rounding), ("special values", check_special_values)]
+    cases += [(f"error {name}", lambda name=name: check_error(name)) for name in ERRORS]
+    return cases
+
+
+# The modules below are imported by main(), after the log capture is in place.
+MODE = ""
+torch = F = ops = kernels = generic = rvv = layout = routing = None
+WARNINGS: list[str] = []
+OPS_IMPORT_WARNINGS: list[str] = []
+
+
+class _Capture(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            WARNINGS.append(record.getMessage())
+
+
+def native():
+    return torch.ops.sglang_rvv_native
+
+
+def _randn(*shape: int, seed: int):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
+def _inputs(n: int, k: int, m: int):
+    seed = n * 1_000_003 + k * 1009 + m
+    return _randn(n, k, seed=seed), _randn(m, k, seed=seed + 1)
+
+
+def sqnr_db(out, ref) -> float:
+    ref = ref.double()
+    noise = (out.double() - ref).pow(2).sum().item()
+    return 999.0 if noise == 0 else 10 * math.log10(ref.pow(2).sum().item() / noise)
+
+
+def digest(t) -> str:
+    return hashlib.sha256(t.contiguous().view(torch.int16).numpy().tobytes()).hexdigest()[:16]
+
+
+def check_env() -> dict:
+    return {"torch": torch.__version__, "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+            "threads": torch.get_num_threads(), "library": str(rvv.library_path()),
+            "kernels_json": json.loads(rvv.library_path().with_name("kernels.json").read_text())}
+
+
+def check_selection() -> dict:
+    return {"provider": ops.PROVIDER_NAME, "reason": ops.PROVIDER_REASON, "warnings": OPS_IMPORT_WARNINGS}
+
+
+def check_kernel_isa() -> dict:
+    return {"isa": native().kernel_isa()}
+
+
+def check_forced_rvv() -> dict:
+    try:
+        provider, reason = kernels.choose_provider("rvv")
+    except Exception as exc:  # noqa: BLE001 - the host asserts the type
+        return {"raised": type(exc).__name__, "message": str(exc)}
+    return {"provider": provider.NAME, "reason": reason}
+
+
+def _choose_with_library(directory: Path) -> dict:
+    """choose_provider() with SGLANG_RVV_KERNELS_LIB pointing into ``directory``, warnings counted."""
+    before = len(WARNINGS)
+    previous = os.environ.get(rvv.LIB_ENV)
+    os.environ[rvv.LIB_ENV] = str(directory / "libsglang_rvv_kernels.so")
+    try:
+        provider, reason = kernels.choose_provider()
+    finally:
+        if previous is None:
+            os.environ.pop(rvv.LIB_ENV)
+        else:
+            os.environ[rvv.LIB_ENV] = previous
+    return {"provider": provider.NAME, "reason": reason, "warnings": WARNINGS[before:],
+            "running_torch": torch.__version__}
+
+
+def check_torch_mismatch() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(rvv.library_path(), tmp)
+        built = json.loads(rvv.library_path().with_name("kernels.json").read_text())
+        built["torch_version"] = "2.99.0+other"
+        (Path(tmp) / "kernels.json").write_text(json.dumps(built))
+        return {**_choose_with_library(Path(tmp)), "built_torch": built["torch_version"]}
+
+
+def check_load_failure() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "libsglang_rvv_kernels.so").write_bytes(b"not an ELF file")
+        shutil.copy(rvv.library_path().with_name("kernels.json"), tmp)
+        return _choose_with_library(Path(tmp))
+
+
+def check_second_library() -> dict:
+    """A copy at another path is refused: registering the namespace twice would abort the interpreter."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(rvv.library_path(), tmp)
+        shutil.copy(rvv.library_path().with_name("kernels.json"), tmp)
+        return _choose_with_library(Path(tmp))
+
+
+def check_ops_dispatch() -> dict:
+    """The policy's ops go through the native kernels: same bits as the native op, leading dims kept."""
+    weight, x = _inputs(70, 40, 30)
+    packed = ops.pack_bf16_weight(weight)
+    out = ops.packed_bf16_linear(x.reshape(2, 3, 5, 40), packed, 70)
+    direct = native().packed_bf16_linear(x, native().pack_bf16_weight(weight, LAYOUT_VERSION), 70, LAYOUT_VERSION)
+    return {"pack_equal": torch.equal(packed, layout.pack_reference(weight)), "shape": list(out.shape),
+            "bits_equal": torch.equal(out.reshape(30, 70).view(torch.int16), direct.view(torch.int16))}
+
+
+def check_compile() -> dict:
+    """The native ops' fake kernels trace, and Inductor keeps the linear op as an extern call."""
+    from torch._inductor.utils import run_and_get_code
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake_packed = native().pack_bf16_weight(torch.empty(100, 64, dtype=torch.bfloat16), LAYOUT_VERSION)
+        fake_out = native().packed_bf16_linear(torch.empty(3, 64, dtype=torch.bfloat16), fake_packed, 100,
+                                               LAYOUT_VERSION)
+    weight, x = _inputs(100, 64, 3)
+    packed = ops.pack_bf16_weight(weight)
+    compiled = torch.compile(lambda a, p: ops.packed_bf16_linear(a, p, 100), dynamic=False, fullgraph=True)
+    out, (code, *_) = run_and_get_code(compiled, x, packed)
+    eager = ops.packed_bf16_linear(x, packed, 100)
+    return {"fake_shapes": [list(fake_packed.shape), list(fake_out.shape)],
+            "extern_call": "torch.ops.sglang_rvv_native.packed_bf16_linear" in code,
+            "compiled_bits_equal": torch.equal(out.view(torch.int16), eager.view(torch.int16))}
+
+
+def check_pack(n: int, k: int) -> dict:
+    weight = _randn(n, k, seed=n + k)
+    packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
+    return {"shape": list(packed.shape), "equal_reference": torch.equal(packed, layout.pack_reference(weight)),
+            "round_trip": torch.equal(layout.unpack_reference(packed, n), weight)}
+
+
+def check_linear(n: int, k: int, m: int) -> dict:
+    weight, x = _inputs(n, k, m)
+    packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
+    out = native().packed_bf16_linear(x, packed, n, LAYOUT_VERSION)
+    result = {"shape": list(out.shape), "dtype": str(out.dtype), "digest": digest(out)}
+    if MODE == "full":
+        result["sqnr_db"] = round(sqnr_db(out, F.linear(x.double(), weight.double())), 2)
+        result["generic_sqnr_db"] = round(sqnr_db(out, generic.linear(x, packed, n)), 2)
+    return result
+
+
+def check_bucket(m: int) -> dict:
+    """The policy's bucket route: zero-pad the rows up to the bucket, call, slice; same bits as unpadded.
+
+    ``full`` goes through the policy's op (provider rvv), the other runs straight to the library
+    (without V the provider is generic); the digests must agree all the same.
+    """
+    n, k = BUCKET_SHAPE
+    weight, x = _inputs(n, k, m)
+    if MODE == "full":
+        packed = ops.pack_bf16_weight(weight)
+        out = ops.packed_bf16_linear(x, packed, n)
+    else:
+        packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
+        out = native().packed_bf16_linear(x, packed, n, LAYOUT_VERSION)
+    bucket = routing.bucket_rows(m, small_batch=True, projection="o_proj")
+    result = {"bucket": bucket, "digest": digest(out)}
+    if MODE != "full":
+        return result
+    result["sqnr_db"] = round(sqnr_db(out, F.linear(x.double(), weight.double())), 2)
+    if bucket is not None:
+        sliced = ops.packed_bf16_linear(torch.cat([x, x.new_zeros(bucket - m, k)]), packed, n)[:m]
+        result["bucket_bits_equal"] = torch.equal(sliced.view(torch.int16), out.view(torch.int16))
+    return result
+
+
+def check_threads() -> dict:
+    """at::parallel_for honours torch.set_num_threads, and the thread count never changes a bit."""
+    weight, x = _inputs(1000, 333, 9)
+    packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
+    threads = torch.get_num_threads()
+    outs = {}
+    try:
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            outs[count] = native().packed_bf16_linear(x, packed, 1000, LAYOUT_VERSION)
+    finally:
+        torch.set_num_threads(threads)
+    return {"equal": all(torch.equal(o.view(torch.int16), outs[1].view(torch.int16)) for o in outs.values()),
+            "digest": digest(outs[1])}
+
+
+def check_rounding() -> dict:
+    """K=2, x=[1, 1]: each output is RNE_bf16(fp32(a + b)), bit for bit torch's own rounding.
+
+    Pairs include exact ties (1 + 2^-8 rounds to even 1; (1 + 2^-7) + 2^-8 rounds up), values
+    near the BF16 maximum, and infinities of both signs (inf - inf is NaN, 0x7FC0).
+    """
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(4000, generator=g).to(torch.bfloat16)
+    b = (torch.randn(4000, generator=g) * 2.0 ** torch.randint(-12, 2, (4000,), generator=g)).to(torch.bfloat16)
+    special = torch.tensor([[1.0, 2.0**-8], [1.0 + 2.0**-7, 2.0**-8], [-1.0, -(2.0**-8)], [3.3e38, 3.3e38],
+                            [float("inf"), float("-inf")], [float("inf"), 1.0], [float("-inf"), -1.0],
+                            [float("nan"), 1.0], [0.0, -0.0]]).to(torch.bfloat16)
+    weight = torch.cat([torch.stack([a, b], dim=1), special])
+    packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
+    out = native().packed_bf16_linear(torch.ones(1, 2, dtype=torch.bfloat16), packed, weight.shape[0], LAYOUT_VERSION)
+    expected = (weight[:, 0].float() + weight[:, 1].float()).to(torch.bfloat16).unsqueeze(0)
+    mismatch = (out.view(torch.int16) != expected.view(torch.int16)).nonzero().flatten().tolist()
+    return {"bits_equal": not mismatch, "mismatched_pairs": [weight[i].float().tolist() for i in mismatch[-5:]],
+            "digest": digest(out)}
+
+
+def check_special_values() -> dict:
+    """NaN and infinities in inputs and weights: the same NaN/inf positions as an fp64 reference, NaN = 0x7FC0."""
+    weight, x = _inputs(70, 300, 6)
+    x[0, 5] = float("nan")
+    x[1, 7] = float("inf")
+    weight[3, 11] = float("-inf")
+    weight[40, 299] = float("nan")
+    packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
+    out = native().packed_bf16_linear(x, packed, 70, LAYOUT_VERSION)
+    reference = F.linear(x.double(), weight.double())
+    finite = reference.isfinite()
+    return {"nan_equal": torch.equal(out.isnan(), reference.isnan()),
+            "inf_equal": torch.equal(out.isinf(), reference.isinf()) and torch.equal(out[out.isinf()].double(),
+                                                                                      reference[out.isinf()]),
+            "nan_bits": sorted({hex(v & 0xFFFF) for v in out.view(torch.int16)[out.isnan()].tolist()}),
+            "finite_sqnr_db": round(sqnr_db(out[finite], reference[finite]), 2), "digest": digest(out)}
+
+
+def _bad_calls():
+    weight, x = _inputs(64, 32, 2)
+    packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
+    n = native()
+    return {
+        # through the policy's ops: layout.check_* answers first, with a LayoutError
+        "ops float weight": lambda: ops.pack_bf16_weight(weight.float()),
+        "ops layout version": lambda: ops.packed_bf16_linear(x, packed, 64, 7),
+        "ops K mismatch": lambda: ops.packed_bf16_linear(_randn(2, 16, seed=1), packed, 64),
+        # straight into the library: its TORCH_CHECKs, a RuntimeError, never a crash
+        "native float weight": lambda: n.pack_bf16_weight(weight.float(), LAYOUT_VERSION),
+        "native 1-D weight": lambda: n.pack_bf16_weight(weight[0], LAYOUT_VERSION),
+        "native pack layout version": lambda: n.pack_bf16_weight(weight, 2),
+        "native float input": lambda: n.packed_bf16_linear(x.float(), packed, 64, LAYOUT_VERSION),
+        "native layout version": lambda: n.packed_bf16_linear(x, packed, 64, 7),
+        "native K mismatch": lambda: n.packed_bf16_linear(_randn(2, 16, seed=1), packed, 64, LAYOUT_VERSION),
+        "native out_features too large": lambda: n.packed_bf16_linear(x, packed, 65, LAYOUT_VERSION),
+        "native out_features too small": lambda: n.packed_bf16_linear(x, packed, 32, LAYOUT_VERSION),
+        "native unpacked weight": lambda: n.packed_bf16_linear(x, weight, 64, LAYOUT_VERSION),
+        "native 3-D input": lambda: n.packed_bf16_linear(x.reshape(1, 2, 32), packed, 64, LAYOUT_VERSION),
+    }
+
+
+ERRORS = (
+    "ops float weight", "ops layout version", "ops K mismatch", "native float weight", "native 1-D weight",
+    "native pack layout version", "native float input", "native layout version", "native K mismatch",
+    "native out_features too large", "native out_features too small", "native unpacked weight", "native 3-D input",
+)
+
+
+def check_error(name: str) -> dict:
+    try:
+        _bad_calls()[name]()
+    except Exception as exc:  # noqa: BLE001 - the host asserts the type and message
+        return {"raised": type(exc).__name__, "message": str(exc).splitlines()[0]}
+    return {"raised": None}
+
+
+def import_ops(mode: str) -> None:
+    global ops, routing
+    began, before = time.monotonic(), len(WARNINGS)
+    from sglang_rvv import ops, routing
+
+    OPS_IMPORT_WARNINGS.extend(WARNINGS[before:])
+    if mode == "no-vector":
+        # The provider refused the library; load it anyway: without V it must load and run its twins.
+        torch.ops.load_library(str(rvv.library_path()))
+    print(json.dumps({"case": "import sglang_rvv.ops", "seconds": round(time.monotonic() - began, 1)}), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    global MODE, torch, F, kernels, generic, rvv, layout
+    (MODE,) = argv
+    cases = plan(MODE)
+    logging.getLogger("sglang_rvv").addHandler(_Capture())
+    began = time.monotonic()
+    import torch
+    import torch.nn.functional as F
+
+    from sglang_rvv import kernels, layout
+    from sglang_rvv.kernels import generic, rvv
+
+    print(json.dumps({"case": "import torch", "seconds": round(time.monotonic() - began, 1)}), flush=True)
+    for name, check in cases:
+        if ops is None and name not in BEFORE_OPS:
+            import_ops(MODE)
+        began = time.monotonic()
+        try:
+            result = check()
+        except Exception as exc:  # noqa: BLE001 - reported per case, the others still run
+            result = {"exception": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps({"case": name, **result, "seconds": round(time.monotonic() - began, 2)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
