@@ -6,6 +6,7 @@ One suite run (about 5-6 minutes on 2 cores) feeds every test of this module.
 from __future__ import annotations
 
 import json
+import platform
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglang_rvv.bench.results import COLD, WARM, load_run
+from sglang_rvv.bench.suite import kernel_threads
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SGLANG_RVV = Path(sys.executable).with_name("sglang-rvv")
@@ -57,7 +59,16 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
         for record in records.values():
             assert record["provenance"] == prov and len(record["load_average"]) == 3
     assert {r["cache_state"] for r in run.of("one_batch").values()} == {COLD, WARM}
-    assert run.of("kernel")["linear"]["results"][0]["rows"] == 1
+    kernel = run.of("kernel")["linear"]
+    # 4 and 8 threads with at least 8 usable CPUs, else every step's one count (OMP_NUM_THREADS)
+    threads = kernel_threads(None)
+    assert run.meta["settings"]["kernel_threads"] == threads
+    assert [entry["threads"] for entry in kernel["runs"]] == (threads or [prov["omp_num_threads"]])
+    assert all(entry["results"][0]["rows"] == 1 for entry in kernel["runs"])
+    assert kernel["provider"] in ("generic", "rvv", "rvv_prims") and kernel["provider_reason"]
+    if platform.machine() != "riscv64":  # no native kernels and no cpuinfo isa line here
+        assert kernel["provider"] == "generic"
+        assert (kernel["kernel_isa"], kernel["vlen"], kernel["isa"]) == (None, None, None)
     generate = run.of("hf_generate")["generate"]
     assert generate["repetitions"] == 1 and generate["input_len"] == 64  # --quick
     assert all(len(generate["modes"][mode]["output_ids"]) == 8 for mode in ("off", "on"))
@@ -98,7 +109,10 @@ def test_report_renders_the_run(run_dir):
     markdown = (run_dir / "report.md").read_text()
     assert result.stdout == markdown
     assert "| packed (flag on) | 2 | 2 | 8 |" in markdown  # serving: concurrency 2, 2 requests, 8 tokens each
-    assert markdown.count("**met**") + markdown.count("**NOT met**") == 5  # every target has data
+    assert markdown.count("**met**") + markdown.count("**NOT met**") == 5  # every issue-6 target has data
+    if platform.machine() != "riscv64":
+        assert markdown.count("**not judged: needs a BPI-F3**") == 2
+    assert re.search(r"^\| o_proj \| 2048x2048 \| 1 \| [\d.]+ \| [\d.]+ \|", markdown, re.M)  # GB/s per cell
     assert len((run_dir / "metrics.csv").read_text().splitlines()) > 50
     assert sorted(p.name for p in (run_dir / "plots").glob("*.png")) == [
         "rss.png", "serving_latency.png", "start.png", "tok_s.png"]

@@ -9,6 +9,14 @@ table measured in this run, and its last column names the route it took.
 Every cell is the fastest of ROUNDS interleaved rounds per variant. F.linear
 is timed twice in each round, first and after the policy call: how far apart
 one op's two timings land is this run's noise floor for the cell's ratios.
+Each cell's GB/s is the weight's bytes over the time per call: decode streams
+every weight once per token, so this is what bounds tok/s.
+
+``--threads 4,8`` measures every cell at each thread count, each in a fresh
+process of its own: Inductor writes torch's thread count into the C++ it
+generates, and nothing compiled in a process is compiled again when the count
+changes. The result records the provider (and why it was chosen), the native
+kernel library's ISA and VLEN, and the ``isa`` line of /proc/cpuinfo.
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,11 +39,12 @@ import torch.nn.functional as F
 from .. import routing
 from ..adapters import Adapter, attach_routed_linear
 from ..config import RvvPolicyConfig
-from ..ops import PROVIDER_NAME, packed_bf16_linear
+from ..kernels import rvv
+from ..ops import PROVIDER_NAME, PROVIDER_REASON, packed_bf16_linear
 from ..packed_state import BUFFER
 from ..policy import RvvPolicy
 from ..warmup import warm_up
-from .results import m1_gbs
+from .results import m1_gbs, thread_counts, weight_gbs
 
 # Llama-3.2-1B as SGLang sees it (fused qkv and gate_up): (N, K).
 LLAMA_3_2_1B = {
@@ -53,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", default=",".join(map(str, DEFAULT_ROWS)), help="M values")
     parser.add_argument("--min-time", type=float, default=0.3,
                         help=f"seconds timed per cell and variant, over {ROUNDS} interleaved rounds")
+    parser.add_argument("--threads", type=thread_counts,
+                        help="comma-separated thread counts, each measured in a process of its own "
+                             f"(default: torch's current count, {torch.get_num_threads()} here)")
     parser.add_argument("--json", type=Path, help="also write the results here")
 
 
@@ -96,6 +111,21 @@ def memory_bandwidth(nbytes: int = 1 << 30) -> dict[str, float]:
     read = min(_time(fn, [src], 0.2) for _ in range(ROUNDS) for fn in (torch.sum, torch.amax))
     copy = min(_time(lambda t: dst.copy_(t), [src], 0.2) for _ in range(ROUNDS))
     return {"read_gbs": nbytes / read / GB, "copy_gbs": 2 * nbytes / copy / GB}
+
+
+def kernel_facts() -> dict:
+    """What the kernels ran on: the provider and why it was chosen, the native library's ISA and VLEN,
+    and the ``isa`` line of /proc/cpuinfo (riscv64 only; on x86 the provenance's cpu_model says it).
+
+    ``kernel_isa`` is the library's own ``kernel_isa()`` ("rvv vlen=256", or "generic" for its scalar
+    twins) wherever it loads, whichever provider won; ``None``, like ``vlen``, where it does not.
+    """
+    rvv.status()  # loads the library where it can run (cached), so its ISA is known even when it lost
+    native = torch.ops.sglang_rvv_native
+    kernel_isa = native.kernel_isa() if hasattr(native, "kernel_isa") else None
+    vlen = re.search(r"\bvlen=(\d+)", kernel_isa or "")
+    return {"provider": PROVIDER_NAME, "provider_reason": PROVIDER_REASON, "kernel_isa": kernel_isa,
+            "vlen": int(vlen.group(1)) if vlen else None, "isa": rvv.cpuinfo_isa()}
 
 
 def _bench_policy(modules: list[torch.nn.Module]) -> RvvPolicy:
@@ -144,16 +174,56 @@ def _measure(kind: str, n: int, k: int, rows: int, linears, min_time: float) -> 
     return dict(projection=kind, n=n, k=k, rows=rows, **best)
 
 
+def _run_each(args: argparse.Namespace, threads: list[int]) -> list[dict]:
+    """Every thread count in a fresh process of its own (this command with one count), their tables
+    printed as they go; their runs, in order."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-linear-") as tmp:
+        for count in threads:
+            out = Path(tmp) / f"threads-{count}.json"
+            print(f"# {count} threads, in a process of its own", flush=True)
+            command = [sys.executable, "-m", "sglang_rvv.bench", "linear", "--projections", args.projections,
+                       "--rows", args.rows, "--min-time", str(args.min_time), "--threads", str(count),
+                       "--json", str(out)]
+            # OMP_NUM_THREADS too, so every OpenMP runtime in the child starts at the count.
+            code = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": str(count)}).returncode
+            if code != 0:
+                sys.exit(f"the run at {count} threads failed with exit code {code}")
+            runs += json.loads(out.read_text())["runs"]
+    m1 = [(r["threads"], m1_gbs(r["results"])) for r in runs]
+    if all(gbs["compiled"] is not None for _, gbs in m1):
+        for name, label in (("compiled", "packed compiled"), ("linear", "F.linear")):
+            print(f"# M=1 {label} GB/s by threads: " + ", ".join(f"{t}: {gbs[name]:.2f}" for t, gbs in m1),
+                  flush=True)
+    return runs
+
+
 def run(args: argparse.Namespace) -> int:
-    projections = args.projections.split(",")
-    unknown = set(projections) - set(LLAMA_3_2_1B)
+    unknown = set(args.projections.split(",")) - set(LLAMA_3_2_1B)
     if unknown:
         sys.exit(f"unknown projection(s) {sorted(unknown)}; choose from {list(LLAMA_3_2_1B)}")
+    threads = args.threads or [torch.get_num_threads()]
+    facts = kernel_facts()
+    if len(threads) > 1:
+        runs = _run_each(args, threads)
+    else:
+        torch.set_num_threads(threads[0])
+        runs = [_run_here(args, facts)]
+    if args.json:
+        args.json.write_text(json.dumps({**facts, "runs": runs}, indent=1))
+    return 0
+
+
+def _run_here(args: argparse.Namespace, facts: dict) -> dict:
+    """Every cell at torch's current thread count, in this process."""
+    projections = args.projections.split(",")
     rows_list = [int(r) for r in args.rows.split(",")]
     llc = _llc_bytes()
     torch.manual_seed(0)
     print(f"# torch {torch.__version__}, provider {PROVIDER_NAME}, threads {torch.get_num_threads()}, "
           f"LLC {llc / 2**20:.0f} MiB", flush=True)
+    print(f"# provider reason: {facts['provider_reason']}; native kernels: {facts['kernel_isa'] or 'not loaded'}, "
+          f"VLEN {facts['vlen'] or 'n/a'}; /proc/cpuinfo isa: {facts['isa'] or 'n/a'}", flush=True)
     before = memory_bandwidth()
     print(f"# memory bandwidth: read {before['read_gbs']:.1f} GB/s, copy {before['copy_gbs']:.1f} GB/s "
           "(measured again at the end; the higher one counts)", flush=True)
@@ -185,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
             row = _measure(kind, n, k, rows, linears, args.min_time)
             routes = sorted({r for (_, r, _), c in policy.counters.items() if c})
             policy.counters.clear()
-            row.update(policy_routes=routes, linear_gbs=weight_bytes / row["linear_us"] / 1e3,
-                       compiled_gbs=weight_bytes / row["compiled_us"] / 1e3)
+            row.update(policy_routes=routes, linear_gbs=weight_gbs(row, "linear"),
+                       compiled_gbs=weight_gbs(row, "compiled"))
             results.append(row)
             cells = [kind, f"{n}x{k}", rows] + [f"{row[c]:.0f}" for c in
                                                   ("linear_us", "compiled_us", "eager_us", "policy_us")]
@@ -206,8 +276,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"# M=1 across {projections} projections, {name}: {gbs[name]:.1f} GB/s = "
                   f"{gbs[name] / gbs['read']:.0%} of the {gbs['read']:.1f} GB/s read in the same rounds "
                   f"({gbs[name] / bw['read_gbs']:.0%} of the best 1 GiB read)")
-    if args.json:
-        summary = {"bandwidth": bw, "bandwidth_before": before, "bandwidth_after": after,
-                   "provider": PROVIDER_NAME, "results": results}
-        args.json.write_text(json.dumps(summary, indent=1))
-    return 0
+    return {"threads": torch.get_num_threads(), "bandwidth": bw, "bandwidth_before": before,
+            "bandwidth_after": after, "results": results}

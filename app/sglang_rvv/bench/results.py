@@ -7,7 +7,8 @@
         one_batch/<mode>-<cache>[-N].json   one sglang.benchmark.one_batch process each
         start/<mode>-<cache>.json      server start to first token of the first request
         serving/<mode>-c<N>.json       one concurrency level: every request's timings
-        kernel/linear.json             the Linear microbenchmark (bench/linear.py --json)
+        kernel/linear.json             the Linear microbenchmark (bench/linear.py --json): the kernel
+                                       facts, then one entry of ``runs`` per thread count
         hf_generate/generate.json      Hugging Face generate, both modes: raw times, output ids
         policy/<name>.json             the plugin's policy report of each flag-on process
         logs/<name>.log                each process's output
@@ -22,6 +23,7 @@ schema version is refused with a message rather than misread.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -133,6 +135,23 @@ def load_run(run_dir: str | os.PathLike) -> Run:
                                   f"{SCHEMA}; re-run `{SUITE_COMMAND}`")
             run.results.setdefault(kind, {})[record.get("name", path.stem)] = record
     return run
+
+
+def thread_counts(text: str) -> list[int]:
+    """A comma-separated list of thread counts (``4,8``), for argparse: positive and distinct."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a comma-separated list of integers") from None
+    if any(count < 1 for count in counts) or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: thread counts must be positive and distinct")
+    return counts
+
+
+def weight_gbs(row: dict, variant: str) -> float | None:
+    """GB/s of weights streamed by one kernel cell's variant: the BF16 weight's bytes per call's time."""
+    us = row.get(f"{variant}_us")
+    return row["n"] * row["k"] * 2 / us / 1e3 if us else None
 
 
 def m1_gbs(rows: list[dict]) -> dict[str, float | None]:

@@ -14,7 +14,10 @@ One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
   both servers warm up at load (``--cpu-rvv-warmup``), as the warm image does: the
   cold one compiles every shape key, the warm one loads the keys its cached route
   table keeps packed (the others run F.linear), so no measured request compiles;
-* kernel: the Linear microbenchmark (``python -m sglang_rvv.bench linear``);
+* kernel: the Linear microbenchmark (``python -m sglang_rvv.bench linear``): GB/s of
+  weights streamed per cell, at 4 and at 8 threads on a machine with 8 or more usable
+  CPUs (see :data:`KERNEL_THREADS`), else at the suite's one thread count; it records
+  the kernel provider, the native kernels' ISA and VLEN, and /proc/cpuinfo's ``isa``;
 * hf-generate: Hugging Face ``generate`` (input 64, 8 new tokens, greedy) row-major, then
   with the policy installed and warmed up, on one model in one process
   (:mod:`sglang_rvv.bench.hf_generate`): prefill and decode tok/s, median over 3
@@ -42,7 +45,7 @@ from ..server import SGLangServer
 from ..tiny import REAL_SHAPES
 from . import hf_generate, one_batch, results, serving
 from .meta import provenance
-from .results import COLD, WARM, log_path, policy_report_path, write_result
+from .results import COLD, WARM, log_path, m1_gbs, policy_report_path, thread_counts, write_result
 
 STEPS = ("one-batch", "serving", "kernel", "hf-generate")
 CONCURRENCY = (1, 2)
@@ -50,6 +53,11 @@ FULL = {"runs": 3, "requests": 4, "repetitions": hf_generate.REPETITIONS}
 QUICK = {"runs": 1, "requests": 2, "repetitions": 1}
 # --quick: one cheap projection at decode (M=1), for tests.
 KERNEL_QUICK = ["--projections", "o_proj", "--rows", "1", "--min-time", "0.05"]
+# The kernel step's thread counts on a machine with at least max(KERNEL_THREADS) usable CPUs: on
+# the K1 (8 cores, two clusters of 4 sharing one memory controller) one cluster, then both; some
+# K1 kernels decode slower at 8 than at 4. A smaller machine (CI's 2 cores, qemu on them) keeps
+# the one thread count of every other step, as fast as before.
+KERNEL_THREADS = (4, 8)
 # A flag-on cold start compiles every shape key; minutes for a 1B model on 2 cores.
 STARTUP_TIMEOUT = 3600.0
 
@@ -69,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"measured requests per concurrency level (default {FULL['requests']})")
     parser.add_argument("--skip", action="append", choices=STEPS, default=[], help="leave a step out (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="of the prompts' random token ids")
+    parser.add_argument("--kernel-threads", type=thread_counts,
+                        help="comma-separated thread counts of the kernel step (default: "
+                             f"{','.join(map(str, KERNEL_THREADS))} with at least {max(KERNEL_THREADS)} usable CPUs, "
+                             "else the suite's OMP_NUM_THREADS)")
 
 
 class Progress:
@@ -170,10 +182,20 @@ def _run_json_step(run_dir: Path, log_name: str, command: list[str], env: dict[s
         return json.loads(out.read_text())
 
 
-def run_kernel(run_dir: Path, prov: dict, quick: bool, progress: Progress) -> None:
-    command = ["sglang_rvv.bench", "linear", *(KERNEL_QUICK if quick else [])]
+def kernel_threads(requested: list[int] | None) -> list[int] | None:
+    """The kernel step's thread counts: as requested, else KERNEL_THREADS on a machine that has them;
+    ``None``: the step's torch default, the suite's OMP_NUM_THREADS."""
+    return requested or (list(KERNEL_THREADS) if usable_cpus() >= max(KERNEL_THREADS) else None)
+
+
+def run_kernel(run_dir: Path, prov: dict, quick: bool, threads: list[int] | None, progress: Progress) -> None:
+    command = ["sglang_rvv.bench", "linear", *(KERNEL_QUICK if quick else []),
+               *(["--threads", ",".join(map(str, threads))] if threads else [])]
     with progress.step("kernel: linear"):
         result = _run_json_step(run_dir, "kernel-linear", command)
+    m1 = [(r["threads"], m1_gbs(r["results"])["compiled"]) for r in result["runs"]]
+    progress.say(f"  provider {result['provider']}, native kernels {result['kernel_isa'] or 'not loaded'}; M=1 packed "
+                 + ", ".join(f"{gbs:.2f} GB/s at {t} threads" for t, gbs in m1 if gbs is not None))
     # Compiles happen before timing, so the Inductor cache state does not apply.
     write_result(run_dir, "kernel", "linear", prov, None, command=command, **result)
 
@@ -203,12 +225,14 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
     runs = args.runs or (QUICK if args.quick else FULL)["runs"]
     requests = args.requests or (QUICK if args.quick else FULL)["requests"]
     repetitions = (QUICK if args.quick else FULL)["repetitions"]
+    threads = kernel_threads(args.kernel_threads)
     prov = provenance(model, shape)
     meta = {
         "suite": results.SUITE_COMMAND, "host": prov["host"], "started_utc": _utc(), "complete": False,
         "settings": {"shape": shape, "quick": args.quick, "runs": runs, "requests": requests, "seed": args.seed,
                      "concurrency": list(CONCURRENCY), "input_len": one_batch.INPUT_LEN,
-                     "output_len": one_batch.OUTPUT_LEN, "hf_repetitions": repetitions, "skip": args.skip},
+                     "output_len": one_batch.OUTPUT_LEN, "hf_repetitions": repetitions, "skip": args.skip,
+                     "kernel_threads": threads},
         "provenance": prov,
     }
     results.write_meta(run_dir, meta)
@@ -220,7 +244,7 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
         if "serving" not in args.skip:
             run_serving(model, run_dir, prov, requests, args.seed, progress)
         if "kernel" not in args.skip:
-            run_kernel(run_dir, prov, args.quick, progress)
+            run_kernel(run_dir, prov, args.quick, threads, progress)
         if "hf-generate" not in args.skip:
             run_hf_generate(model, run_dir, prov, repetitions, args.seed, progress)
         meta["complete"] = True
