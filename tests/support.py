@@ -52,10 +52,10 @@ def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS) -> list[t
     return steps
 
 
-def assert_same_greedy(on: list, off: list) -> None:
+def assert_same_greedy(on: list, off: list, tokens: int = GREEDY_TOKENS) -> None:
     """Same greedy tokens, except at a bf16 near-tie: there the flag-on pick must be within
     TIE_TOLERANCE nats of the flag-off server's best logprob (and nothing past it is judged)."""
-    assert len(on) == len(off) > 0
+    assert len(on) == len(off) == tokens
     for step, ((tok_on, _, _), (tok_off, lp_off, top_off)) in enumerate(zip(on, off, strict=True)):
         if tok_on != tok_off:
             # Past a divergence the prefixes differ; only the first pick can be judged.

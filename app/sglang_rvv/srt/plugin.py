@@ -13,6 +13,11 @@ Hooks (SGLang's HookRegistry):
 * AFTER ``<Model>.load_weights``: every weight update (from disk, tensors,
   distributed) copies into the existing storage, which no pointer check can
   see; free and rebuild the packed buffers after each one.
+* AROUND ``SchedulerWeightUpdaterManager.update_weights_from_disk`` and AFTER
+  ``Scheduler.process_input_requests``: a disk weight update that reaches a busy
+  scheduler waits until it is idle, or is refused with a clean error, instead of
+  killing the server (see ``_around_update_weights_from_disk``). This holds with
+  the flag off too: the crash is SGLang's, not the policy's.
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ SETTINGS_ATTR = "_sglang_rvv_settings"
 EXPORTER_ATTR = "_sglang_rvv_metrics"
 # The hook target of the scheduler-side hooks; the benchmark marks memory on the same method.
 RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+WEIGHT_UPDATER = "sglang.srt.managers.scheduler_components.weight_updater.SchedulerWeightUpdaterManager"
+PENDING_UPDATE_ATTR = "_sglang_rvv_pending_weight_update"
+# How long a disk weight update waits for a busy scheduler before it is refused. The tokenizer
+# holds its write lock meanwhile, so no new request arrives and the scheduler normally drains
+# within one or two iterations; only requests it cannot finish on its own keep it busy longer.
+UPDATE_WAIT_SECONDS = 30.0
 MODEL_CLASSES = (
     "sglang.srt.models.llama.LlamaForCausalLM",
     "sglang.srt.models.qwen2.Qwen2ForCausalLM",
@@ -147,6 +159,86 @@ def _after_load_weights(result, model, *args, **kwargs):
     return result
 
 
+def _scheduler_busy(scheduler) -> str | None:
+    """What keeps SGLang's post-update cache flush from running now, or None when it can run.
+
+    The same condition as ``Scheduler.flush_cache``, which fails (and the update then asserts)
+    whenever it is false.
+    """
+    if scheduler.is_fully_idle(ignore_waiting=scheduler._engine_paused):
+        return None
+    return (f"#running-req: {len(scheduler.running_batch.reqs)}, #queue-req: {len(scheduler.waiting_queue)}"
+            f"{', engine paused' if scheduler._engine_paused else ''}")
+
+
+def _refuse_update(reason: str):
+    from sglang.srt.managers.io_struct import UpdateWeightFromDiskReqOutput
+
+    message = f"Weights not updated: {reason}. The server keeps serving the current weights."
+    log.warning("sglang_rvv: %s", message)
+    return UpdateWeightFromDiskReqOutput(success=False, message=message)
+
+
+def _around_update_weights_from_disk(original, updater, recv_req, *args, **kwargs):
+    """Run a disk weight update only when the cache flush that ends it can run.
+
+    SGLang loads the new weights, then flushes the KV cache and asserts that the flush worked;
+    the assertion kills the scheduler and with it the server. The flush fails while any request
+    is still held, and one is held even when every client has its answer: the overlap scheduler
+    streams a request's last token while the next step for it is already launched, and frees it
+    one iteration later. An update that arrives in between (the tokenizer sends it as soon as the
+    last stream ends) is deferred here, before any weight is touched, and run once the scheduler
+    is idle (``_after_process_input_requests``), or refused with a clean error when it cannot
+    become idle (``_pending_update_reply``).
+    """
+    scheduler = updater.scheduler
+    busy = None if not recv_req.flush_cache or scheduler is None else _scheduler_busy(scheduler)
+    if busy is None:
+        return original(updater, recv_req, *args, **kwargs)
+    if getattr(scheduler, PENDING_UPDATE_ATTR, None) is not None:
+        return _refuse_update("another weight update is already waiting for the scheduler to go idle")
+    deadline = time.monotonic() + UPDATE_WAIT_SECONDS
+    reply = _pending_update_reply(scheduler, recv_req, deadline)
+    if reply is None:  # no reply yet: _after_process_input_requests sends it
+        log.info("sglang_rvv: weight update deferred until the scheduler is idle (%s)", busy)
+        setattr(scheduler, PENDING_UPDATE_ATTR, (recv_req, deadline))
+    return reply
+
+
+def _pending_update_reply(scheduler, recv_req, deadline: float):
+    """The reply to the deferred update now, or None while it should keep waiting."""
+    busy = _scheduler_busy(scheduler)
+    if busy is None:
+        log.info("sglang_rvv: the scheduler is idle; running the deferred weight update")
+        return scheduler.weight_updater.update_weights_from_disk(recv_req)
+    if scheduler._engine_paused:
+        # Paused in place, the held requests only move after /continue_generation, which a
+        # client sends once this update has answered: waiting cannot end well.
+        return _refuse_update(f"the engine is paused with requests in flight ({busy}); continue or "
+                              "abort them first, or pause with mode 'retract'")
+    if time.monotonic() >= deadline:
+        return _refuse_update(f"the scheduler is still busy after {UPDATE_WAIT_SECONDS:.0f} s ({busy})")
+    return None
+
+
+def _after_process_input_requests(result, scheduler, *args, **kwargs):
+    """Once per scheduler iteration: answer a deferred weight update when it can be answered."""
+    pending = getattr(scheduler, PENDING_UPDATE_ATTR, None)
+    if pending is None:
+        return result
+    reply = _pending_update_reply(scheduler, *pending)
+    if reply is None:
+        return result
+    setattr(scheduler, PENDING_UPDATE_ATTR, None)
+    recv_req = pending[0]
+    # Where process_input_requests sends the reply of a request it dispatched.
+    if scheduler.rust_server is not None:
+        scheduler.rust_server.push_control_output(recv_req, reply)
+    else:
+        scheduler.ipc_channels.send_to_tokenizer.send_output(reply, recv_req)
+    return result
+
+
 def register() -> None:
     server_args = "sglang.srt.server_args.ServerArgs"
     HookRegistry.register(f"{server_args}.add_cli_args", _add_cli_args, HookType.AROUND)
@@ -155,4 +247,7 @@ def register() -> None:
     HookRegistry.register(f"{RUNNER}.forward", _after_forward, HookType.AFTER)
     for model_class in MODEL_CLASSES:
         HookRegistry.register(f"{model_class}.load_weights", _after_load_weights, HookType.AFTER)
+    HookRegistry.register(f"{WEIGHT_UPDATER}.update_weights_from_disk", _around_update_weights_from_disk,
+                          HookType.AROUND)
+    HookRegistry.register(f"{SCHEDULER}.process_input_requests", _after_process_input_requests, HookType.AFTER)
     log.debug("sglang_rvv plugin registered (python %s)", sys.version.split()[0])
