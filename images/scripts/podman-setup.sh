@@ -14,7 +14,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 # arch-test: mmdebstrap needs it to build a foreign-arch rootfs (riscv64 on amd64).
-PACKAGES=(podman runc catatonit mmdebstrap arch-test qemu-user-static binfmt-support)
+# clang-19, lld-19: build-kernels.sh compiles the riscv64 runtime's RVV kernels with them
+# (lock arch.riscv64.kernels), cross on amd64, natively on the board.
+PACKAGES=(podman runc catatonit mmdebstrap arch-test qemu-user-static binfmt-support clang-19 lld-19)
 DROPIN=/etc/containers/containers.conf.d/sglang-rvv.conf
 WANT_NOFILE=20000
 WANT_NPROC=32768
