@@ -12,21 +12,18 @@ they say nothing about the board.
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import testinfra
-from image_support import REPO, Container, free_port, lock_get, run
+from image_support import REPO, Container, free_port, lock_get, riscv64_emulation_missing, run
 
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.server import SGLangServer
 from support import assert_same_greedy, generate_greedy
 
 SCRIPTS = REPO / "images" / "scripts"
-BINFMT_ENTRY = Path("/proc/sys/fs/binfmt_misc/qemu-riscv64")
 BUILD_TIMEOUT = 3600  # a cold base build (mmdebstrap under qemu) takes many minutes
 SERVE_TIMEOUT = 1800
 PROMPTS = ["Hello, how are you", "Once upon a time there"]
@@ -34,23 +31,10 @@ PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 REPORT = "/var/cache/sglang-rvv/inductor/{key}/sglang_rvv_report.json"
 
 
-def _emulation_missing() -> str | None:
-    if platform.machine() == "riscv64":
-        return None
-    try:
-        enabled = BINFMT_ENTRY.read_text().startswith("enabled")
-    except OSError:
-        enabled = False
-    if not enabled:
-        return (f"no riscv64 CPU and no emulation: {BINFMT_ENTRY} is not enabled (qemu-user-static binfmt; "
-                "run images/scripts/podman-setup.sh as root)")
-    return None
-
-
 @pytest.fixture(scope="module")
 def riscv64_runtime_image(podman, build_logs) -> str:
     """The riscv64 runtime image, built (or found up to date) by the scripts."""
-    reason = _emulation_missing()
+    reason = riscv64_emulation_missing()
     if reason:
         pytest.skip(reason)
     for script in ("build-base.sh", "build-runtime.sh"):
