@@ -1,4 +1,4 @@
-"""provision.yml against an emulated board: a riscv64 Debian 13 container under qemu-user,
+"""provision.yml against an emulated board: a riscv64 Debian container under qemu-user,
 reached through the containers.podman connection. It must pass (RVV and memory allowed as
 emulated, and reported so), change nothing on a second run, and then pass the host checks."""
 
@@ -17,7 +17,7 @@ BOARD = "emulated-board"
 
 @pytest.fixture(scope="module")
 def board_container():
-    """A long-running riscv64 container from the project's riscv64 base image (Debian 13)."""
+    """A long-running riscv64 container from the project's riscv64 base image (Debian forky)."""
     if os.geteuid() != 0 or shutil.which("podman") is None:
         pytest.fail("the emulated board needs root and rootful podman: run images/scripts/podman-setup.sh")
     subprocess.run(["make", "image-base", "ARCH=riscv64"], cwd=REPO, check=True, timeout=1800)
