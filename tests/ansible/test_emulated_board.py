@@ -20,7 +20,8 @@ def board_container():
     """A long-running riscv64 container from the project's riscv64 base image (Debian forky)."""
     if os.geteuid() != 0 or shutil.which("podman") is None:
         pytest.fail("the emulated board needs root and rootful podman: run images/scripts/podman-setup.sh")
-    subprocess.run(["make", "image-base", "ARCH=riscv64"], cwd=REPO, check=True, timeout=1800)
+    # A cold forky rootfs took 20 min here (download, then py3compile of torch under qemu).
+    subprocess.run(["make", "image-base", "ARCH=riscv64"], cwd=REPO, check=True, timeout=3600)
     image = subprocess.run([REPO / "images/scripts/image-name.sh", "base", "riscv64"], check=True,
                            capture_output=True, text=True).stdout.strip()
     name = f"sglang-rvv-board-{os.getpid()}"
