@@ -93,7 +93,12 @@ def kernel_problems(lock: dict) -> list[str]:
     if sglang_rvv.ops.PROVIDER_NAME != rvv.NAME:
         found.append(f"arch.{lock['arch']}.kernels: provider {sglang_rvv.ops.PROVIDER_NAME}, not {rvv.NAME}: "
                      f"{sglang_rvv.ops.PROVIDER_REASON}")
-    built = json.loads(rvv.library_path().with_name("kernels.json").read_text())
+    manifest = rvv.library_path().with_name("kernels.json")
+    try:
+        built = json.loads(manifest.read_text())
+    except (OSError, ValueError) as exc:
+        return [*found, f"arch.{lock['arch']}.kernels: cannot read {manifest} ({exc}): the kernel build did not "
+                        "reach the image"]
     for key in ("source_sha256", "compiler_version"):
         if built.get(key) != pins[key]:
             found.append(f"arch.{lock['arch']}.kernels.{key}: lock {pins[key]}, the library was built with "
