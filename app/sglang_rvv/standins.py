@@ -7,10 +7,12 @@ backend, no Triton kernel is launched and no grammar is compiled, so the imports
 only need to succeed. :mod:`sglang_rvv_boot` loads these modules under the real
 names only when the real package is not importable.
 
-A stand-in module answers every attribute with a :class:`Stub`: decorators
-(``@triton.jit``, ``@triton.autotune(...)``), annotations (``tl.constexpr``) and
-base classes work at import time; running anything raises a NotImplementedError
-that names the call, so a code path that really needs the package fails loudly.
+A stand-in module answers every attribute with a :class:`Stub`. For Triton,
+decorators and their factories (``@triton.jit``, ``@triton.autotune(configs=
+[triton.Config(...)])``) work at import time, and launching a decorated kernel
+raises; for xgrammar, which SGLang only names at import time (imports,
+annotations), every call raises. The NotImplementedError names the call, so a
+code path that really needs the package fails loudly, never silently.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from __future__ import annotations
 import types
 
 VERSION = "0.0.0"  # lower than any real release: version checks take their oldest path
+# Packages whose objects SGLang calls at import time (decorator factories); any other
+# stand-in raises at every call.
+CALLED_AT_IMPORT = ("triton",)
 
 
 def _missing(name: str) -> NotImplementedError:
@@ -40,6 +45,8 @@ class Stub:
         return Stub(f"{self._name}.{attr}")
 
     def __call__(self, *args, **kwargs):
+        if self._name.split(".", 1)[0] not in CALLED_AT_IMPORT:
+            raise _missing(f"{self._name}(...)")
         if len(args) == 1 and not kwargs and callable(args[0]):
             return Kernel(self._name, args[0])  # used as a decorator
         return Stub(f"{self._name}(...)")  # a factory: triton.Config(...), triton.autotune(...)

@@ -134,3 +134,43 @@ def test_hooks_off_with_sglang_rvv_boot_0():
     result = run_python("import sgl_kernel", boot=False)
     assert result.returncode != 0
     assert "ModuleNotFoundError: No module named 'sgl_kernel'" in result.stderr
+
+
+
+# A fresh interpreter in which xgrammar is absent, as in the riscv64 image: site-packages (where
+# this venv has a real xgrammar) leaves sys.path once the boot hook and the app are importable.
+STANDIN_PROBE = """
+import json, sys
+import sglang_rvv_boot, sglang_rvv.standins
+sys.path[:] = [p for p in sys.path if not p.endswith("site-packages")]
+sglang_rvv_boot.activate()
+
+report = {}
+served = {"__name__": "sglang.srt.function_call.kimik3_detector"}
+exec("from xgrammar import StructuralTag", served)
+report["served"] = repr(served["StructuralTag"])
+for importer in ("torch.utils.flop_counter", "sglang.srt.entrypoints.openai.protocol"):
+    try:
+        exec("from xgrammar import StructuralTag", {"__name__": importer})
+        report[importer] = "imported"
+    except ImportError as exc:
+        report[importer] = f"{type(exc).__name__}: {exc}"
+try:
+    served["StructuralTag"].model_validate({})
+except NotImplementedError as exc:
+    report["call"] = str(exc)
+print(json.dumps(report))
+"""
+
+
+def test_a_stand_in_serves_only_its_unguarded_importers():
+    """The xgrammar stand-in answers the SGLang parsers that import it unguarded; torch's probes and
+    SGLang's guarded imports see no package; using it raises; it is announced once."""
+    proc = subprocess.run([sys.executable, "-c", STANDIN_PROBE], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["served"] == "<stand-in xgrammar.StructuralTag>", report
+    assert report["torch.utils.flop_counter"] == "ModuleNotFoundError: No module named 'xgrammar'", report
+    assert report["sglang.srt.entrypoints.openai.protocol"] == "ModuleNotFoundError: No module named 'xgrammar'"
+    assert "xgrammar is an import-only stand-in here" in report["call"], report
+    assert proc.stderr.count("using an import-only stand-in") == 1, proc.stderr
