@@ -118,6 +118,11 @@ def cache_key(lock: dict, arch: str) -> str:
     return _digest(cache_key_inputs(lock, arch))[:16]
 
 
+def _normalize(name: str) -> str:
+    """A distribution name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def parse_requirements(path: Path) -> dict[str, tuple[str, list[str]]]:
     """{normalized name: (version, [sha256...])} of a hash-pinned requirements file."""
     entries: dict[str, tuple[str, list[str]]] = {}
@@ -128,7 +133,7 @@ def parse_requirements(path: Path) -> dict[str, tuple[str, list[str]]]:
             continue
         match = REQUIREMENT_RE.match(stripped)
         if match:
-            current = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+            current = _normalize(match.group(1))
             entries[current] = (match.group(2), [])
         elif current is not None:
             entries[current][1].extend(HASH_RE.findall(stripped))
@@ -170,7 +175,7 @@ def check(lock: dict) -> list[str]:
         problems.append(f"{L}: sglang.version {lock['sglang']['version']} != {lock['python']['requirements']} "
                         f"sglang=={pinned_sglang}")
     for name in lock["python"].get("runtime_exclude", []):
-        if re.sub(r"[-_.]+", "-", name).lower() not in reqs:
+        if _normalize(name) not in reqs:
             problems.append(f"{L}: python.runtime_exclude names '{name}', which {req_path.name} does not pin")
 
     for arch, pins in lock["arch"].items():
@@ -356,10 +361,6 @@ def labels(lock: dict, arch: str, image: str) -> dict[str, str]:
                 f"{LABEL_PREFIX}.kernels-source-sha256": kernels["source_sha256"],
             })
     return values
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _requirement_lines(lock: dict, exclude: set[str] | None = None, only: set[str] | None = None) -> list[str]:
