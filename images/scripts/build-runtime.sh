@@ -101,7 +101,7 @@ stage_context() {
   python3 "${LOCK_PY}" export "${ARCH}" >"${ctx}/lock.json"
   tar -C "${REPO_DIR}" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml README.md app \
     | tar -C "${ctx}/src" -xf -
-  cp "${IMAGES_DIR}"/runtime/{Containerfile,healthcheck.py,check-runtime.py} "${ctx}/"
+  cp "${IMAGES_DIR}"/runtime/{Containerfile,healthcheck.py,check-runtime.py,compile-pyc.py} "${ctx}/"
 }
 
 context_digest() {

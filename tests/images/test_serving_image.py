@@ -6,9 +6,13 @@ The rebuild test comes last in this file: it replaces the base, runtime and mode
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 import testinfra
@@ -152,20 +156,64 @@ def _image_id(image: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
+def _tree(root: Path) -> dict[str, tuple]:
+    """path -> (kind, mode, uid, gid, size, sha256 or link target) for every entry under root."""
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode):
+            with open(path, "rb") as f:
+                what = hashlib.file_digest(f, "sha256").hexdigest()
+        else:
+            what = os.readlink(path) if path.is_symlink() else ""
+        size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size  # a directory's size is the filesystem's
+        entries[str(path.relative_to(root))] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid,
+                                                st.st_gid, size, what)
+    return entries
+
+
+def _image_differences(old: str, new: str, limit: int = 15) -> list[str]:
+    """What differs between two images' labels and file trees: the evidence a failed
+    reproducibility check needs (the IDs alone say nothing about where)."""
+    la, lb = (json.loads(subprocess.run(["podman", "image", "inspect", "--format", "{{json .Labels}}", image],
+                                        check=True, capture_output=True, text=True).stdout) for image in (old, new))
+    found = [f"label {k}: {la.get(k)} -> {lb.get(k)}" for k in sorted(la.keys() | lb.keys()) if la.get(k) != lb.get(k)]
+    roots = [Path(subprocess.run(["podman", "image", "mount", image], check=True, capture_output=True,
+                                 text=True).stdout.strip()) for image in (old, new)]
+    try:
+        a, b = _tree(roots[0]), _tree(roots[1])
+    finally:
+        subprocess.run(["podman", "image", "unmount", old, new], capture_output=True)
+    differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    found += [f"{k}: {a.get(k)} -> {b.get(k)}" for k in differ[:limit]]
+    if len(differ) > limit:
+        found.append(f"... {len(differ) - limit} more paths differ")
+    return found
+
+
 def test_rebuilding_from_scratch_reproduces_the_contents_and_the_image_ids(amd64_images, build_logs):
     image = amd64_images["model"]
     base = f"localhost/sglang-rvv-base:{lock_get(f'arch.{HOST_ARCH}.debian_suite')}-{HOST_ARCH}"
     before, before_id, base_before = _content(image), _image_id(image), _image_id(base)
     assert before["model"] and before["python_dists"] and before["debian_packages"]
-    run(["images/scripts/build-base.sh", "--force", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-base.log")
-    run(["images/scripts/build-runtime.sh", "--force", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-runtime.log")
-    run(["images/scripts/build-model.sh", "--force", HOST_ARCH], timeout=900, log=build_logs / "rebuild-model.log")
-    after, after_id, base_after = _content(image), _image_id(image), _image_id(base)
-    for section in ("debian_packages", "python_dists", "model"):
-        differ = {k for k in before[section].keys() | after[section].keys()
-                  if before[section].get(k) != after[section].get(k)}
-        assert not differ, f"{section} differs after a rebuild: {sorted(differ)[:10]}"
-    print(f"base image id {base_before[:12]} -> {base_after[:12]}, model image id {before_id[:12]} -> {after_id[:12]}")
-    assert base_after == base_before, "the base image is not bit-identical after a rebuild"
-    assert after_id == before_id, "the model image is not bit-identical after a rebuild"
+    kept = "localhost/sglang-rvv-test:before-rebuild"  # so the old image can still be compared
+    subprocess.run(["podman", "tag", image, kept], check=True)
+    try:
+        run(["images/scripts/build-base.sh", "--force", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-base.log")
+        run(["images/scripts/build-runtime.sh", "--force", HOST_ARCH], timeout=1800,
+            log=build_logs / "rebuild-runtime.log")
+        run(["images/scripts/build-model.sh", "--force", HOST_ARCH], timeout=900, log=build_logs / "rebuild-model.log")
+        after, after_id, base_after = _content(image), _image_id(image), _image_id(base)
+        for section in ("debian_packages", "python_dists", "model"):
+            differ = {k for k in before[section].keys() | after[section].keys()
+                      if before[section].get(k) != after[section].get(k)}
+            assert not differ, f"{section} differs after a rebuild: {sorted(differ)[:10]}"
+        print(f"base image id {base_before[:12]} -> {base_after[:12]}, "
+              f"model image id {before_id[:12]} -> {after_id[:12]}")
+        assert base_after == base_before, "the base image is not bit-identical after a rebuild"
+        if after_id != before_id:
+            pytest.fail("the model image is not bit-identical after a rebuild:\n"
+                        + "\n".join(_image_differences(kept, image)))
+    finally:
+        subprocess.run(["podman", "rmi", kept], capture_output=True)
     assert subprocess.run(["python3", LOCK_PY, "check"], capture_output=True).returncode == 0
