@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -47,6 +48,13 @@ def run(command: list[str], *, timeout: float, log: Path | None = None, **kwargs
     if result.returncode != 0:
         pytest.fail(f"{' '.join(map(str, command))} exited {result.returncode}:\n{output[-4000:]}", pytrace=False)
     return result
+
+
+def user_checkpoint(directory: Path, seed: int) -> Path:
+    """A generated tiny Llama checkpoint at directory, as a user's own (not the lock's weights)."""
+    subprocess.run([sys.executable, "-m", "sglang_rvv.checkpoint", directory, "--arch", "llama", "--seed", str(seed)],
+                   check=True, capture_output=True)
+    return directory
 
 
 def free_port() -> int:

@@ -15,6 +15,7 @@ into the writable cache when it matches; then replaces itself with
 stderr and exit status 64.
 
 Environment (defaults in brackets): ``SGLANG_RVV_MODEL_DIR`` [/models/model],
+``SGLANG_RVV_MODEL_NAME`` [set by the model image: the name clients ask for; unset: the path],
 ``SGLANG_RVV_HOST`` [0.0.0.0], ``SGLANG_RVV_PORT`` [30000],
 ``SGLANG_RVV_MAX_TOTAL_TOKENS`` [4096], ``SGLANG_RVV_WARM_CACHE`` [the image's
 prewarmed cache directory], ``SGLANG_RVV_WARMUP`` [1: compile every shape key
@@ -182,10 +183,14 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
         notes.append(f"Inductor cache: {state}")
     env[inductor_cache.STATE_ENV] = "artifact-warm" if state.warm else "artifact-cold"
     policy_args = _policy_args(env.get("SGLANG_RVV_POLICY", "on"), env.get("SGLANG_RVV_WARMUP", "1"))
-    notes.append(f"serving {model_dir} ({architecture}) on {env.get('SGLANG_RVV_HOST', '0.0.0.0')}:{port} "
-                 f"with OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
+    # The image names its model (the lock's key or the checkpoint directory's name); a caller's
+    # --served-model-name wins. Without either, SGLang would answer to the path /models/model.
+    name = env.get("SGLANG_RVV_MODEL_NAME", "")
+    served = ["--served-model-name", name] if name and "--served-model-name" not in argv else []
+    notes.append(f"serving {model_dir} ({architecture}){f' as {name}' if served else ''} on "
+                 f"{env.get('SGLANG_RVV_HOST', '0.0.0.0')}:{port} with OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
     command = [
-        sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir),
+        sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir), *served,
         "--host", env.get("SGLANG_RVV_HOST", "0.0.0.0"), "--port", str(port),
         *cpu_server_args(max_total_tokens), *stack_args, "--enable-metrics", *policy_args, *argv,
     ]

@@ -2,6 +2,7 @@
 # Build the warm image: the model image plus a prewarmed Inductor cache.
 #
 #   images/scripts/build-cache.sh [--force] [ARCH] [MODEL]   (defaults: host arch, models.default)
+#   SGLANG_RVV_CHECKPOINT_DIR=DIR images/scripts/build-cache.sh [--force] [ARCH]   (a checkpoint directory's image)
 #
 # 1. runs the model image once with `python -m sglang_rvv.inductor_cache warm`: SGLang starts
 #    with --cpu-rvv-warmup, which compiles every shape key (projection x bucket), then stops;
@@ -37,7 +38,7 @@ main() {
   parse_build_args '2,12' "$@"
   need_root
   need_cmd podman python3
-  MODEL="${MODEL:-$(lock models.default)}"
+  MODEL=$(model_key "${MODEL}")
   local model_image image inputs ctx
   model_image=$(image_name model "${ARCH}" "${MODEL}")
   image=$(image_name cache "${ARCH}" "${MODEL}")

@@ -2,10 +2,15 @@
 # Build the model image: the runtime image plus one verified checkpoint at /models/model.
 #
 #   images/scripts/build-model.sh [--force] [ARCH] [MODEL]   (defaults: host arch, models.default)
+#   SGLANG_RVV_CHECKPOINT_DIR=DIR images/scripts/build-model.sh [--force] [ARCH]
 #
-# The checkpoint comes from images/scripts/model.sh (generated, mirrored or downloaded, and
-# verified against images/lock.toml). An image labelled with the same inputs (runtime image
-# id + the model's pins) is kept unless --force; a new one is tagged only when complete.
+# A lock model comes from images/scripts/model.sh (generated, mirrored or downloaded, and
+# verified against images/lock.toml). A user's checkpoint directory (make's MODEL_DIR) is
+# checked, copied and hashed by images/scripts/checkpoint.py; its model key (the directory's
+# name + a digest of its files) names the image, so a changed file builds a new one. The
+# served model name is the lock's key or the directory's name (SGLANG_RVV_MODEL_NAME in the
+# image). An image labelled with the same inputs (runtime image id + the model's pins or
+# digests) is kept unless --force; a new one is tagged only when complete.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
@@ -15,17 +20,32 @@ ARCH=""
 MODEL=""
 TMP_REF=""
 
+# model_inputs RUNTIME: what the image is built from: the runtime image and the lock's pins
+# of MODEL, or (a checkpoint directory) its key, which holds the digest of its files.
+model_inputs() {
+  { podman image inspect --format '{{.Id}}' "$1"; lock "models.${MODEL}" 2>/dev/null || echo "${MODEL}"; } \
+    | sha256sum | cut -c1-64
+}
+
+# stage_lock_model CTX: models.MODEL of the lock, verified, into CTX/model and CTX/model.json.
+stage_lock_model() {
+  local ctx="$1" dir
+  dir=$("${IMAGES_DIR}/scripts/model.sh" "${MODEL}")
+  cp -al "${dir}" "${ctx}/model" 2>/dev/null || cp -a "${dir}" "${ctx}/model"
+  lock "models.${MODEL}" | python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], **json.load(sys.stdin)}, indent=1, sort_keys=True))' \
+    "${MODEL}" >"${ctx}/model.json"
+}
+
 main() {
-  parse_build_args '2,9' "$@"
+  parse_build_args '2,13' "$@"
   need_root
   need_cmd podman python3
-  MODEL="${MODEL:-$(lock models.default)}"
-  local runtime image dir inputs ctx
+  local runtime image inputs ctx served revision key
+  MODEL=$(model_key "${MODEL}")
   runtime=$(image_name runtime "${ARCH}")
   image=$(image_name model "${ARCH}" "${MODEL}")
   image_exists "${runtime}" || die "runtime image ${runtime} not found: run images/scripts/build-runtime.sh ${ARCH}"
-  dir=$("${IMAGES_DIR}/scripts/model.sh" "${MODEL}")
-  inputs=$({ podman image inspect --format '{{.Id}}' "${runtime}"; lock "models.${MODEL}"; } | sha256sum | cut -c1-64)
+  inputs=$(model_inputs "${runtime}")
   if ((!FORCE)) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.model-inputs") == "${inputs}" ]]; then
     log "${image} is up to date (model-inputs ${inputs:0:12})"
     return
@@ -34,16 +54,34 @@ main() {
   ctx="${BUILD_DIR}/model-context-${MODEL}-${ARCH}"
   rm -rf "${ctx}"
   mkdir -p "${ctx}"
-  cp -al "${dir}" "${ctx}/model" 2>/dev/null || cp -a "${dir}" "${ctx}/model"
-  lock "models.${MODEL}" | python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], **json.load(sys.stdin)}, indent=1, sort_keys=True))' \
-    "${MODEL}" >"${ctx}/model.json"
+  if [[ -n ${SGLANG_RVV_CHECKPOINT_DIR:-} ]]; then
+    log "staging ${SGLANG_RVV_CHECKPOINT_DIR} (check, copy, sha256 of every file)"
+    key=$(python3 "${IMAGES_DIR}/scripts/checkpoint.py" stage "${SGLANG_RVV_CHECKPOINT_DIR}" "${ctx}") \
+      || { rm -rf "${ctx}"; die "${SGLANG_RVV_CHECKPOINT_DIR} cannot be served (above); nothing was built"; }
+    if [[ ${key} != "${MODEL}" ]]; then  # a file changed since it was named: build what was copied
+      log "${SGLANG_RVV_CHECKPOINT_DIR} changed while it was staged: building it as ${key}"
+      rm -rf "${BUILD_DIR}/model-context-${key}-${ARCH}"
+      mv "${ctx}" "${BUILD_DIR}/model-context-${key}-${ARCH}"
+      MODEL="${key}" ctx="${BUILD_DIR}/model-context-${key}-${ARCH}" image=$(image_name model "${ARCH}" "${key}")
+      inputs=$(model_inputs "${runtime}")
+    fi
+    served=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "${ctx}/model.json")
+    revision="dir:${MODEL##*-}"
+  else
+    stage_lock_model "${ctx}"
+    served="${MODEL}"
+    revision=$(lock "models.${MODEL}.revision" 2>/dev/null || echo "tiny-seed-$(lock "models.${MODEL}.seed")")
+  fi
   trap cleanup_tmp_ref EXIT
   build_and_promote "${image}" "${ctx}" "${IMAGES_DIR}/model/Containerfile" \
     --build-arg "RUNTIME_IMAGE=${runtime}" \
+    --build-arg "MODEL_NAME=${served}" \
     --label "${LABEL_PREFIX}.image=model" \
     --label "${LABEL_PREFIX}.cache=none" \
     --label "${LABEL_PREFIX}.model=${MODEL}" \
-    --label "${LABEL_PREFIX}.model-revision=$(lock "models.${MODEL}.revision" 2>/dev/null || echo "tiny-seed-$(lock "models.${MODEL}.seed")")" \
+    --label "${LABEL_PREFIX}.model-name=${served}" \
+    --label "${LABEL_PREFIX}.model-revision=${revision}" \
+    --label "${LABEL_PREFIX}.model-sha256=$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["sha256"], sort_keys=True, separators=(",", ":")))' "${ctx}/model.json")" \
     --label "${LABEL_PREFIX}.model-inputs=${inputs}"
   rm -rf "${ctx}"
   timer_report "model image ${MODEL} ${ARCH}"

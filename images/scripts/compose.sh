@@ -5,7 +5,8 @@
 #   images/scripts/compose.sh down          stop and remove (the Inductor cache volume stays)
 #
 # Environment: PODMAN_COMPOSE (podman-compose; "podman compose" works too), SGLANG_RVV_PORT (30000), SGLANG_RVV_MODEL
-# (models.default of images/lock.toml), SGLANG_RVV_CACHE (cold: the model image; warm: the
+# (models.default of images/lock.toml) or SGLANG_RVV_CHECKPOINT_DIR (a checkpoint directory
+# built with make image MODEL_DIR=...), SGLANG_RVV_CACHE (cold: the model image; warm: the
 # image with the prewarmed Inductor cache), SGLANG_RVV_IMAGE (overrides both),
 # SGLANG_RVV_UP_TIMEOUT (600 s; 1800 s for an emulated arch), SGLANG_RVV_QEMU_CPU (an emulated
 # arch's lock qemu_cpu); the rest of compose.yaml's variables pass through.
@@ -60,7 +61,8 @@ wait_healthy() {
 up() {
   local arch="${1:-$(host_arch)}" id port
   port="${SGLANG_RVV_PORT:-30000}"
-  local model="${SGLANG_RVV_MODEL:-$(lock models.default)}"
+  local model
+  model=$(model_key "${SGLANG_RVV_MODEL:-}")
   case "${SGLANG_RVV_CACHE:-cold}" in
     cold) SGLANG_RVV_IMAGE="${SGLANG_RVV_IMAGE:-$(image_name model "${arch}" "${model}")}" ;;
     warm) SGLANG_RVV_IMAGE="${SGLANG_RVV_IMAGE:-$(image_name cache "${arch}" "${model}")}" ;;

@@ -114,6 +114,19 @@ image_name() {
   esac
 }
 
+# model_key [MODEL]: the model a build or compose run is about. With SGLANG_RVV_CHECKPOINT_DIR
+# (make's MODEL_DIR), that directory's key (checkpoint.py name: its name and a digest of its
+# files; a directory that cannot be served exits here, after checkpoint.py's one line); else
+# MODEL, or models.default.
+model_key() {
+  if [[ -n ${SGLANG_RVV_CHECKPOINT_DIR:-} ]]; then
+    [[ -z ${1:-} ]] || die "give a model (${1}) or a checkpoint directory (${SGLANG_RVV_CHECKPOINT_DIR}), not both"
+    python3 "${IMAGES_DIR}/scripts/checkpoint.py" name "${SGLANG_RVV_CHECKPOINT_DIR}" || exit 2
+  else
+    echo "${1:-$(lock models.default)}"
+  fi
+}
+
 # image_label IMAGE KEY: a label of a local image ('' when unset).
 image_label() {
   podman image inspect --format "{{index .Labels \"$2\"}}" "$1" 2>/dev/null | sed 's/^<no value>$//'

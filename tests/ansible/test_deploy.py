@@ -1,7 +1,8 @@
 """build.yml and deploy.yml against a target that can run the amd64 image: this host
-(connection local). The build ships the commit and runs `make image`; the service comes up
-healthy and answers a completion; both playbooks change nothing on a second run; and the
-host checks pass for the service."""
+(connection local), with a user's own checkpoint directory (sglang_rvv_model_dir). The build
+ships the commit and the checkpoint and runs `make image`; the service comes up healthy and
+answers a completion under the directory's name; both playbooks change nothing on a second
+run; and the host checks pass for the service."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import urllib.request
 
 import pytest
 from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap
-from image_support import free_port
+from image_support import free_port, user_checkpoint
 
 TARGET = "deploy-target"
+MODEL_NAME = "Board-Model"
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +29,9 @@ def deploy(tmp_path_factory):
         "ansible_connection": "local",
         "ansible_python_interpreter": "/usr/bin/python3",
         "sglang_rvv_src_dir": str(work / "src"),
+        "sglang_rvv_model_dir": str(user_checkpoint(work / "controller" / MODEL_NAME, seed=11)),
+        "sglang_rvv_model_store_dir": str(work / "models"),
+        "sglang_rvv_cache": "cold",  # the warm image of the lock's model is built by the image tests
         "sglang_rvv_port": port,
         # This host has podman 4.3 and no systemd as init: compose, from the locked venv.
         "sglang_rvv_service_compose": str(BIN / "podman-compose"),
@@ -68,6 +73,8 @@ def test_the_service_comes_up_healthy_and_answers(deploy):
         data=json.dumps({"prompt": "Hello", "max_tokens": 8, "temperature": 0, "ignore_eos": True}).encode())
     with urllib.request.urlopen(request, timeout=120) as response:
         assert json.load(response)["usage"]["completion_tokens"] == 8
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as response:
+        assert [model["id"] for model in json.load(response)["data"]] == [MODEL_NAME]
 
 
 def test_a_second_deploy_changes_nothing(deploy):
@@ -86,6 +93,6 @@ def test_host_checks_pass_for_the_service(deploy):
 def test_deploy_refuses_a_missing_image_naming_the_fix(deploy, tmp_path):
     path, _, runs, _ = deploy
     _ok(runs, "build")
-    result = playbook(path, "deploy.yml", "-e", "sglang_rvv_model=no-such-model")
+    result = playbook(path, "deploy.yml", "-e", "sglang_rvv_model=no-such-model", "-e", "sglang_rvv_model_dir=")
     assert result.returncode == 2
     assert "run build.yml first" in flat(result.stdout)

@@ -61,6 +61,16 @@ def test_policy_off_serves_without_the_flag(environ):
     assert "--enable-metrics" in command
 
 
+def test_the_image_names_the_served_model_unless_the_caller_does(environ):
+    result = plan([], {**environ, "SGLANG_RVV_MODEL_NAME": "My-Model"})
+    command = result.command
+    assert command[command.index("--served-model-name") + 1] == "My-Model"
+    assert any(" as My-Model on " in note for note in result.notes)
+    mine = plan(["--served-model-name", "other"], {**environ, "SGLANG_RVV_MODEL_NAME": "My-Model"}).command
+    assert mine.count("--served-model-name") == 1 and mine[-1] == "other"
+    assert "--served-model-name" not in plan([], environ).command
+
+
 def test_options_are_appended_and_commands_run_instead(environ):
     assert plan(["--log-level", "debug"], environ).command[-2:] == ["--log-level", "debug"]
     assert plan(["bash", "-c", "true"], environ).command == ["bash", "-c", "true"]

@@ -13,16 +13,22 @@ from ..policy import RvvPolicy
 
 CALLS = "sglang_rvv_linear_calls"  # exposed as sglang_rvv_linear_calls_total
 PACKED_BYTES = "sglang_rvv_packed_bytes"
+INFO = "sglang_rvv_info"
 
 
 class MetricsExporter:
-    def __init__(self, policy: RvvPolicy):
+    def __init__(self, policy: RvvPolicy, *, provider: str, cache_state: str):
         from prometheus_client import Counter, Gauge  # after SGLang set the multiprocess dir
 
         self._policy = policy
         self._calls = Counter(CALLS, "Linear calls seen by the sglang-rvv policy, by route",
                               labelnames=["projection", "route", "bucket"])
         self._packed = Gauge(PACKED_BYTES, "Bytes of module-owned packed weights", multiprocess_mode="livesum")
+        # An info metric (always 1; the labels are the information). prometheus_client's Info
+        # has no multiprocess mode, so it is a gauge (max over the scheduler processes).
+        info = Gauge(INFO, "The sglang-rvv policy in this server: kernel provider and Inductor cache state",
+                     labelnames=["provider", "cache_state"], multiprocess_mode="max")
+        info.labels(provider=provider, cache_state=cache_state).set(1)
         self._sent: dict[tuple[str, str, str], int] = {}
         self.update_packed_bytes()
 

@@ -18,6 +18,9 @@ Hooks (SGLang's HookRegistry):
   scheduler waits until it is idle, or is refused with a clean error, instead of
   killing the server (see ``_around_update_weights_from_disk``). This holds with
   the flag off too: the crash is SGLang's, not the policy's.
+* AROUND ``OpenAIServingCompletion/Chat._validate_request``: a request for a model this
+  server does not serve gets a 400 naming the served model, as ``/v1/responses`` already
+  does; SGLang would otherwise answer it with whatever model it has.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ PENDING_UPDATE_ATTR = "_sglang_rvv_pending_weight_update"
 # holds its write lock meanwhile, so no new request arrives and the scheduler normally drains
 # within one or two iterations; only requests it cannot finish on its own keep it busy longer.
 UPDATE_WAIT_SECONDS = 30.0
+OPENAI_SERVING = ("sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion",
+                  "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat")
+# What a client that names no model sends (SGLang's protocol default).
+ANY_MODEL = "default"
 MODEL_CLASSES = (
     "sglang.srt.models.llama.LlamaForCausalLM",
     "sglang.srt.models.qwen2.Qwen2ForCausalLM",
@@ -137,9 +144,11 @@ def _after_load_model(result, runner, *args, **kwargs):
             extra["warmup"] = asdict(warmup)
     _write_report(runner, settings, report, **extra)
     if policy is not None and getattr(runner.server_args, "enable_metrics", False):
+        from ..ops import PROVIDER_NAME
         from .metrics import MetricsExporter
 
-        setattr(runner, EXPORTER_ATTR, MetricsExporter(policy))
+        exporter = MetricsExporter(policy, provider=PROVIDER_NAME, cache_state=cache_state or "none")
+        setattr(runner, EXPORTER_ATTR, exporter)
     return result
 
 
@@ -239,6 +248,24 @@ def _after_process_input_requests(result, scheduler, *args, **kwargs):
     return result
 
 
+def unknown_model(requested: str, served: str, model_path: str) -> str | None:
+    """The error for a request naming a model this server does not serve, else None. The
+    served name, the model path and SGLang's "default" name it; "NAME:adapter" is a LoRA
+    adapter of NAME."""
+    base = requested.split(":", 1)[0].strip()
+    if base in (served, model_path, ANY_MODEL):
+        return None
+    return f"The model '{requested}' does not exist: this server serves '{served}' (GET /v1/models)"
+
+
+def _around_validate_request(original, serving, request, *args, **kwargs):
+    error = original(serving, request, *args, **kwargs)
+    if error or not getattr(request, "model", None):
+        return error
+    manager = serving.tokenizer_manager
+    return unknown_model(request.model, manager.served_model_name, manager.model_path)
+
+
 def register() -> None:
     server_args = "sglang.srt.server_args.ServerArgs"
     HookRegistry.register(f"{server_args}.add_cli_args", _add_cli_args, HookType.AROUND)
@@ -250,4 +277,6 @@ def register() -> None:
     HookRegistry.register(f"{WEIGHT_UPDATER}.update_weights_from_disk", _around_update_weights_from_disk,
                           HookType.AROUND)
     HookRegistry.register(f"{SCHEDULER}.process_input_requests", _after_process_input_requests, HookType.AFTER)
+    for serving in OPENAI_SERVING:
+        HookRegistry.register(f"{serving}._validate_request", _around_validate_request, HookType.AROUND)
     log.debug("sglang_rvv plugin registered (python %s)", sys.version.split()[0])
