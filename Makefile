@@ -39,9 +39,12 @@ help:
 
 venv: $(VENV)/.installed
 
+# requirements/lock.txt pins CPython 3.11 wheels: this venv and images.mk's compose tool need one.
+NEED_PY311 = @$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else \
+	"the lock pins CPython 3.11 wheels; run with PYTHON=python3.11")'
+
 $(VENV)/.installed: requirements/lock.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else \
-		"the lock pins CPython 3.11 wheels; run with PYTHON=python3.11")'
+	$(NEED_PY311)
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --no-deps --require-hashes -r requirements/lock.txt

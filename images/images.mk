@@ -18,8 +18,11 @@ ARCH ?= $(IMAGES_HOST_ARCH)
 MODEL ?= $(shell python3 $(IMAGES_SCRIPTS)/lock.py get models.default)
 CACHE ?= cold
 PORT ?= 30000
-# podman-compose comes from the locked venv (podman 4.3 has no `podman compose`): up and down need it.
-PODMAN_COMPOSE ?= $(CURDIR)/.venv/bin/podman-compose
+# up and down need podman-compose alone: a small venv of images/lock.toml's [tools.compose]
+# at requirements/lock.txt's pins and hashes (podman 4.3 has no `podman compose`), not the
+# development venv with torch and SGLang. PODMAN_COMPOSE=... uses another one.
+COMPOSE_VENV := .cache/tools/compose
+PODMAN_COMPOSE ?= $(CURDIR)/$(COMPOSE_VENV)/bin/podman-compose
 # A checkpoint directory instead of a lock model: every script below reads it from the environment.
 MODEL_DIR ?=
 ifneq ($(MODEL_DIR),)
@@ -28,7 +31,7 @@ export SGLANG_RVV_CHECKPOINT_DIR := $(abspath $(MODEL_DIR))
 endif
 IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RVV_MODEL=$(MODEL) SGLANG_RVV_CACHE=$(CACHE)
 
-.PHONY: image image-base image-runtime image-model image-cache images-setup model-dir-check lock up down
+.PHONY: image image-base image-runtime image-model image-cache images-setup model-dir-check compose-tool lock up down
 
 images-setup:
 	$(IMAGES_SCRIPTS)/podman-setup.sh
@@ -56,8 +59,21 @@ image-cache: image-model
 image: $(if $(filter warm,$(CACHE)),image-cache,image-model)
 	@case "$(CACHE)" in cold|warm) ;; *) echo "CACHE=$(CACHE): use cold or warm" >&2; exit 2 ;; esac
 
-up: venv image
+# .installed is written last: an interrupted install is redone from scratch next time.
+$(COMPOSE_VENV)/.installed: requirements/lock.txt images/lock.toml
+	$(NEED_PY311)
+	@echo "compose-tool: podman-compose in $(COMPOSE_VENV) (3 hash-pinned wheels)"
+	rm -rf $(COMPOSE_VENV)
+	$(PYTHON) -m venv $(COMPOSE_VENV)
+	python3 $(IMAGES_SCRIPTS)/lock.py tool-requirements compose $(COMPOSE_VENV)/requirements.txt
+	$(COMPOSE_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+		--only-binary=:all: -r $(COMPOSE_VENV)/requirements.txt
+	touch $@
+
+compose-tool: $(if $(filter $(CURDIR)/$(COMPOSE_VENV)/bin/podman-compose,$(PODMAN_COMPOSE)),$(COMPOSE_VENV)/.installed)
+
+up: image compose-tool
 	$(IMAGES_ENV) $(IMAGES_SCRIPTS)/compose.sh up $(ARCH)
 
-down: venv
+down: compose-tool
 	$(IMAGES_ENV) $(IMAGES_SCRIPTS)/compose.sh down

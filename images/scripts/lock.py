@@ -13,6 +13,7 @@ any venv exists. Commands::
     lock.py labels ARCH IMAGE         `--label=k=v` lines for podman build
     lock.py export ARCH               the arch's pins as JSON (copied into images)
     lock.py runtime-requirements OUT [ARCH]   what the runtime image installs (hash-pinned)
+    lock.py tool-requirements TOOL OUT    a host tool's packages ([tools.TOOL]), hash-pinned
     lock.py download-requirements ARCH OUT   what the wheelhouse downloads for it
     lock.py repacked ARCH             "NAME SOURCE SHA256" per wheel the wheelhouse repacks
     lock.py verify-model NAME DIR     every file of DIR against models.NAME.sha256
@@ -378,6 +379,21 @@ def _requirement_lines(lock: dict, exclude: set[str] | None = None, only: set[st
     return lines
 
 
+def tool_requirements(lock: dict, tool: str, out: Path) -> None:
+    """A host tool's packages (``tools.TOOL.packages``) as requirements/lock.txt pins them."""
+    try:
+        wanted = {_normalize(n) for n in lock["tools"][tool]["packages"]}
+    except KeyError:
+        raise LockError([f"tools.{tool}.packages: not in the lock"]) from None
+    lines = _requirement_lines(lock, only=wanted)
+    found = {_normalize(REQUIREMENT_RE.match(line.strip()).group(1)) for line in lines
+             if REQUIREMENT_RE.match(line.strip())}
+    if found != wanted:
+        raise LockError([f"tools.{tool}.packages: {', '.join(sorted(wanted - found))} not in "
+                         f"{lock['python']['requirements']}"])
+    out.write_text("\n".join(lines) + "\n")
+
+
 def _wheelhouse(lock: dict, arch: str) -> dict:
     return arch_pins(lock, arch).get("wheelhouse", {})
 
@@ -437,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("runtime-requirements")
     p.add_argument("out", type=Path)
     p.add_argument("arch", nargs="?")
+    p = sub.add_parser("tool-requirements")
+    p.add_argument("tool")
+    p.add_argument("out", type=Path)
     p = sub.add_parser("download-requirements")
     p.add_argument("arch")
     p.add_argument("out", type=Path)
@@ -478,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"--label={key}={value}")
         elif args.command == "runtime-requirements":
             runtime_requirements(lock, args.out, args.arch)
+        elif args.command == "tool-requirements":
+            tool_requirements(lock, args.tool, args.out)
         elif args.command == "download-requirements":
             download_requirements(lock, args.arch, args.out)
         elif args.command == "repacked":
