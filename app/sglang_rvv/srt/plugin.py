@@ -252,8 +252,8 @@ def unknown_model(requested: str, served: str, model_path: str) -> str | None:
     """The error for a request naming a model this server does not serve, else None. The
     served name, the model path and SGLang's "default" name it; "NAME:adapter" is a LoRA
     adapter of NAME."""
-    base = requested.split(":", 1)[0].strip()
-    if base in (served, model_path, ANY_MODEL):
+    known = (served, model_path, ANY_MODEL)
+    if requested in known or requested.split(":", 1)[0].strip() in known:  # a served name may hold ':'
         return None
     return f"The model '{requested}' does not exist: this server serves '{served}' (GET /v1/models)"
 
