@@ -111,6 +111,8 @@ def safetensors_header(path: Path) -> dict[str, dict]:
             header = json.loads(f.read(length))
         except (UnicodeDecodeError, ValueError) as exc:
             raise Refused(f"{path}: unreadable safetensors header ({exc})") from None
+    if not isinstance(header, dict):
+        raise Refused(f"{path}: unreadable safetensors header (not a JSON object)")
     header.pop("__metadata__", None)
     data = size - 8 - length
     for name, info in header.items():
@@ -119,6 +121,8 @@ def safetensors_header(path: Path) -> dict[str, dict]:
             need = math.prod(info["shape"]) * TENSOR_BYTES[info["dtype"]]
         except (KeyError, TypeError, ValueError):
             raise Refused(f"{path}: tensor {name}: malformed header entry {info}") from None
+        if not 0 <= begin <= end:
+            raise Refused(f"{path}: tensor {name}: data_offsets {info['data_offsets']} are not an ascending range")
         if end - begin != need:
             raise Refused(f"{path}: tensor {name}: {end - begin} bytes for {info['dtype']} {info['shape']} "
                           f"(needs {need})")
