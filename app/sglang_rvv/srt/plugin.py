@@ -248,11 +248,11 @@ def _after_process_input_requests(result, scheduler, *args, **kwargs):
     return result
 
 
-def unknown_model(requested: str, served: str, model_path: str) -> str | None:
+def unknown_model(requested: str, served: str, aliases: tuple[str, ...] = ()) -> str | None:
     """The error for a request naming a model this server does not serve, else None. The
-    served name, the model path and SGLang's "default" name it; "NAME:adapter" is a LoRA
+    served name, its aliases and SGLang's "default" name it; "NAME:adapter" is a LoRA
     adapter of NAME."""
-    known = (served, model_path, ANY_MODEL)
+    known = (served, *aliases, ANY_MODEL)
     if requested in known or requested.split(":", 1)[0].strip() in known:  # a served name may hold ':'
         return None
     return f"The model '{requested}' does not exist: this server serves '{served}' (GET /v1/models)"
@@ -262,8 +262,11 @@ def _around_validate_request(original, serving, request, *args, **kwargs):
     error = original(serving, request, *args, **kwargs)
     if error or not getattr(request, "model", None):
         return error
-    manager = serving.tokenizer_manager
-    return unknown_model(request.model, manager.served_model_name, manager.model_path)
+    manager, started = serving.tokenizer_manager, serving.tokenizer_manager.server_args
+    # A disk weight update renames the served model to the new path (SGLang's
+    # _update_model_path_info); the names it started with still name this server.
+    return unknown_model(request.model, started.served_model_name,
+                         (manager.served_model_name, manager.model_path, started.model_path))
 
 
 def register() -> None:
