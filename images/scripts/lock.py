@@ -385,13 +385,11 @@ def tool_requirements(lock: dict, tool: str, out: Path) -> None:
         wanted = {_normalize(n) for n in lock["tools"][tool]["packages"]}
     except KeyError:
         raise LockError([f"tools.{tool}.packages: not in the lock"]) from None
-    lines = _requirement_lines(lock, only=wanted)
-    found = {_normalize(REQUIREMENT_RE.match(line.strip()).group(1)) for line in lines
-             if REQUIREMENT_RE.match(line.strip())}
-    if found != wanted:
-        raise LockError([f"tools.{tool}.packages: {', '.join(sorted(wanted - found))} not in "
+    missing = wanted - parse_requirements(REPO_DIR / lock["python"]["requirements"]).keys()
+    if missing:
+        raise LockError([f"tools.{tool}.packages: {', '.join(sorted(missing))} not in "
                          f"{lock['python']['requirements']}"])
-    out.write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(_requirement_lines(lock, only=wanted)) + "\n")
 
 
 def _wheelhouse(lock: dict, arch: str) -> dict:
