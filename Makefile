@@ -16,8 +16,9 @@ include images/images.mk
 
 # The board's inventory (see ansible/inventory/example.yml).
 INVENTORY ?= ansible/inventory/example.yml
-# The board's playbooks (ansible/): provision, build, deploy, reproduce; site = the first three.
-BOARD_PLAYBOOKS := provision build deploy reproduce site
+# The board's playbooks (ansible/): provision, build, deploy, reproduce, gateway; site = provision,
+# build, deploy and gateway.
+BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
 .PHONY: help venv check test lint bench bench-serve serve clean $(BOARD_PLAYBOOKS)
 
@@ -32,9 +33,11 @@ help:
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
+	@echo "              (REPLICAS=N: N appliances on their own CPUs behind the gateway, smg, on the same port)"
 	@echo "make provision INVENTORY=FILE - check a Banana Pi BPI-F3, install podman, tune it (Ansible)"
 	@echo "make build / deploy / reproduce INVENTORY=FILE - build the images on the board / serve them / benchmark there"
-	@echo "make site INVENTORY=FILE - provision + build + deploy (ANSIBLE_ARGS='-e sglang_rvv_model=...' passes variables)"
+	@echo "make gateway INVENTORY=FILE - the gateway (smg) on the inventory's gateway host, in front of every board that serves"
+	@echo "make site INVENTORY=FILE - provision + build + deploy (+ gateway) (ANSIBLE_ARGS='-e sglang_rvv_model=...' passes variables)"
 	@echo "make lock   - refresh images/lock.toml's derived pins (versions, digests, cache keys) and check it"
 
 venv: $(VENV)/.installed

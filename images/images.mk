@@ -4,7 +4,8 @@
 #        base (mmdebstrap + podman import) -> runtime -> model image (-> warm image)
 #        MODEL_DIR: a local Hugging Face checkpoint directory, checked before anything is built
 #        (images/scripts/checkpoint.py) and tagged by a digest of its files
-#   make up [same variables] [PORT=30000]   compose up, wait until healthy, print a curl line
+#   make up [same variables] [PORT=30000] [REPLICAS=1]   compose up, wait until healthy, print a
+#        curl line; REPLICAS=N > 1: N appliances on their own CPUs behind the gateway (smg) on PORT
 #   make down
 #   make lock                               refresh the pins that follow from the repo, then check the lock
 #   make images-setup                       podman, its containers.conf, qemu-riscv64 binfmt
@@ -18,6 +19,7 @@ ARCH ?= $(IMAGES_HOST_ARCH)
 MODEL ?= $(shell python3 $(IMAGES_SCRIPTS)/lock.py get models.default)
 CACHE ?= cold
 PORT ?= 30000
+REPLICAS ?= 1
 # up and down need podman-compose alone: a small venv of images/lock.toml's [tools.compose]
 # at requirements/lock.txt's pins and hashes (podman 4.3 has no `podman compose`), not the
 # development venv with torch and SGLang. PODMAN_COMPOSE=... uses another one.
@@ -29,9 +31,10 @@ ifneq ($(MODEL_DIR),)
 MODEL :=
 export SGLANG_RVV_CHECKPOINT_DIR := $(abspath $(MODEL_DIR))
 endif
-IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RVV_MODEL=$(MODEL) SGLANG_RVV_CACHE=$(CACHE)
+IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RVV_MODEL=$(MODEL) SGLANG_RVV_CACHE=$(CACHE) \
+	SGLANG_RVV_REPLICAS=$(REPLICAS)
 
-.PHONY: image image-base image-runtime image-model image-cache images-setup model-dir-check compose-tool lock up down
+.PHONY: image image-base image-runtime image-model image-cache image-gateway images-setup model-dir-check compose-tool lock up down
 
 images-setup:
 	$(IMAGES_SCRIPTS)/podman-setup.sh
@@ -56,7 +59,12 @@ image-model: image-runtime
 image-cache: image-model
 	$(IMAGES_SCRIPTS)/build-cache.sh $(ARCH) $(MODEL)
 
-image: $(if $(filter warm,$(CACHE)),image-cache,image-model)
+# The gateway runs on this host, whatever ARCH the appliances are.
+image-gateway: images-setup
+	$(IMAGES_SCRIPTS)/build-base.sh $(IMAGES_HOST_ARCH)
+	$(IMAGES_SCRIPTS)/build-gateway.sh $(IMAGES_HOST_ARCH)
+
+image: $(if $(filter warm,$(CACHE)),image-cache,image-model) $(if $(filter 1,$(REPLICAS)),,image-gateway)
 	@case "$(CACHE)" in cold|warm) ;; *) echo "CACHE=$(CACHE): use cold or warm" >&2; exit 2 ;; esac
 
 # .installed is written last: an interrupted install is redone from scratch next time.

@@ -104,3 +104,10 @@ def completion(port: int, prompt: str = "Hello", max_tokens: int = 8) -> dict:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as reply:
         return json.loads(reply.read())
+
+
+def scrape(port: int) -> dict[str, float]:
+    """/metrics on 127.0.0.1:PORT as {sample with its labels: value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        lines = reply.read().decode().splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line and line[0] != "#"}

@@ -57,18 +57,6 @@ check_base() {
 # The repacked wheels' sources are requirements/lock.txt's x86_64 wheels, whatever the host.
 SOURCE_PLATFORM=(--platform manylinux_2_34_x86_64 --python-version 3.11 --implementation cp --abi cp311)
 
-fill_wheelhouse() {
-  local wheelhouse="$1" requirements="$2" platform=()
-  [[ ${TORCH_SOURCE} == wheel ]] || platform=("${SOURCE_PLATFORM[@]}")
-  mkdir -p "${wheelhouse}"
-  log "wheelhouse ${wheelhouse}: pip download of $(grep -c '==' "${requirements}") wheels (hash-checked)"
-  # (pip's config may name local indexes that lack some packages: drop those warnings)
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
-    --only-binary=:all: "${platform[@]}" --dest "${wheelhouse}" -r "${requirements}" \
-    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2) \
-    || die "pip download of ${requirements} failed (see above): the wheelhouse lacks a locked wheel"
-}
-
 # Each repacked wheel is made from its downloaded source and must hash to its pin.
 repack_wheels() {
   local wheelhouse="$1" name source want have repacked
@@ -101,26 +89,13 @@ stage_context() {
   python3 "${LOCK_PY}" export "${ARCH}" >"${ctx}/lock.json"
   tar -C "${REPO_DIR}" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml README.md app \
     | tar -C "${ctx}/src" -xf -
-  cp "${IMAGES_DIR}"/runtime/{Containerfile,healthcheck.py,check-runtime.py,compile-pyc.py} "${ctx}/"
-}
-
-context_digest() {
-  local ctx="$1" base="$2"
-  {
-    podman image inspect --format '{{.Id}}' "${base}"
-    (cd "${ctx}" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
-  } | sha256sum | cut -c1-64
-}
-
-link_wheels() {
-  local ctx="$1" wheelhouse="$2"
-  cp -al "${wheelhouse}" "${ctx}/wheels" 2>/dev/null || cp -a "${wheelhouse}" "${ctx}/wheels"
+  cp "${IMAGES_DIR}"/runtime/{Containerfile,healthcheck.py,check-runtime.py} "${IMAGES_DIR}/scripts/compile-pyc.py" "${ctx}/"
 }
 
 build_image() {
   local ctx="$1" base="$2" digest="$3" labels
   mapfile -t labels < <(python3 "${LOCK_PY}" labels "${ARCH}" runtime)
-  podman build \
+  heartbeat "runtime ${ARCH} build" podman build \
     --pull=never --network=none --layers=false --arch "${ARCH}" --format oci \
     --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
     --build-arg "BASE_IMAGE=${base}" \
@@ -147,7 +122,7 @@ main() {
   need_cmd podman python3
   python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
   check_supported
-  local base image ctx wheelhouse digest
+  local base image ctx wheelhouse digest platform=()
   base=$(image_name base "${ARCH}")
   image=$(image_name runtime "${ARCH}")
   check_base "${base}"
@@ -163,7 +138,8 @@ main() {
   fi
   wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"
   python3 "${LOCK_PY}" download-requirements "${ARCH}" "${ctx}/download.txt"
-  fill_wheelhouse "${wheelhouse}" "${ctx}/download.txt"
+  [[ ${TORCH_SOURCE} == wheel ]] || platform=("${SOURCE_PLATFORM[@]}")
+  fill_wheelhouse "${wheelhouse}" "${ctx}/download.txt" "${platform[@]}"
   rm "${ctx}/download.txt"
   repack_wheels "${wheelhouse}"
   timer_report "wheelhouse"

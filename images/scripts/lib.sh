@@ -79,7 +79,7 @@ build_and_promote() {
   local image="$1" ctx="$2" file="$3"
   shift 3
   TMP_REF="${image}-tmp-$$"
-  podman build --quiet \
+  heartbeat "${image} build" podman build --quiet \
     --pull=never --network=none --layers=false --arch "${ARCH}" --format oci \
     --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
     "$@" --tag "${TMP_REF}" --file "${file}" "${ctx}" >/dev/null
@@ -93,6 +93,56 @@ cleanup_tmp_ref() {
   return 0
 }
 
+# heartbeat LABEL CMD...: run CMD; while it runs, log every 30 s that LABEL is still going,
+# so a long quiet step (a download, a build step, a first start) never looks hung.
+heartbeat() {
+  local label="$1" began ticker rc=0
+  shift
+  began=$(date +%s)
+  (
+    trap 'kill "${nap}" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep 30 & nap=$!
+      wait "${nap}"
+      log "${label}: still running ($(( $(date +%s) - began )) s)"
+    done
+  ) &
+  ticker=$!
+  "$@" || rc=$?
+  kill "${ticker}" 2>/dev/null || true
+  wait "${ticker}" 2>/dev/null || true
+  return "${rc}"
+}
+
+# fill_wheelhouse DIR REQUIREMENTS [PIP DOWNLOAD ARGS...]: download the hash-pinned wheels
+# into DIR (files already there are reused, and checked).
+fill_wheelhouse() {
+  local wheelhouse="$1" requirements="$2"
+  shift 2
+  mkdir -p "${wheelhouse}"
+  log "wheelhouse ${wheelhouse}: pip download of $(grep -c '==' "${requirements}") wheels (hash-checked)"
+  # (pip's config may name local indexes that lack some packages: drop those warnings)
+  heartbeat "pip download" python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+    --require-hashes --only-binary=:all: "$@" --dest "${wheelhouse}" -r "${requirements}" \
+    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2) \
+    || die "pip download of ${requirements} failed (see above): the wheelhouse lacks a locked wheel"
+}
+
+# link_wheels CTX WHEELHOUSE: the wheelhouse as CTX/wheels (hard links where possible).
+link_wheels() {
+  local ctx="$1" wheelhouse="$2"
+  cp -al "${wheelhouse}" "${ctx}/wheels" 2>/dev/null || cp -a "${wheelhouse}" "${ctx}/wheels"
+}
+
+# context_digest CTX BASE: a digest of a staged build context and the image it builds on.
+context_digest() {
+  local ctx="$1" base="$2"
+  {
+    podman image inspect --format '{{.Id}}' "${base}"
+    (cd "${ctx}" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+  } | sha256sum | cut -c1-64
+}
+
 timer_start() { TIMER_START=$(date +%s); }
 timer_report() { log "$1 took $(( $(date +%s) - TIMER_START )) s"; }
 
@@ -102,12 +152,14 @@ BUILD_DIR="${SGLANG_RVV_BUILD_DIR:-${REPO_DIR}/.cache/images}"
 # shellcheck disable=SC2034
 LABEL_PREFIX=io.sglang-rvv
 
-# image_name base|runtime ARCH, image_name model|cache ARCH MODEL: the local tag of that image.
-# model = runtime + the checkpoint; cache = model + its prewarmed Inductor cache.
+# image_name base|runtime|gateway ARCH, image_name model|cache ARCH MODEL: the local tag of that image.
+# model = runtime + the checkpoint; cache = model + its prewarmed Inductor cache;
+# gateway = base + smg, in front of a fleet.
 image_name() {
   case "$1" in
     base) echo "localhost/sglang-rvv-base:$(lock "arch.$2.debian_suite")-$2" ;;
     runtime) echo "localhost/sglang-rvv-runtime:$(lock app.version)-$2" ;;
+    gateway) echo "localhost/sglang-rvv-gateway:$(lock app.version)-$2" ;;
     model) echo "localhost/sglang-rvv:$(lock app.version)-$3-$2" ;;
     cache) echo "localhost/sglang-rvv:$(lock app.version)-$3-warm-$2" ;;
     *) die "unknown image '$1'" ;;

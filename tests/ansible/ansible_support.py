@@ -18,9 +18,11 @@ ENV = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"), "ANSIBL
        "PATH": f"{BIN}:{os.environ['PATH']}"}
 
 
-def inventory(path: Path, hosts: dict[str, dict]) -> Path:
-    """An inventory with ``hosts`` (name -> variables) in the bpi_f3 group."""
-    path.write_text(yaml.safe_dump({"bpi_f3": {"hosts": hosts}}))
+def inventory(path: Path, hosts: dict[str, dict], gateway: dict[str, dict] | None = None) -> Path:
+    """An inventory with ``hosts`` (name -> variables) in the bpi_f3 group, and ``gateway``'s in
+    the gateway group."""
+    groups = {"bpi_f3": {"hosts": hosts}, **({"gateway": {"hosts": gateway}} if gateway else {})}
+    path.write_text(yaml.safe_dump(groups))
     return path
 
 
@@ -45,11 +47,11 @@ def flat(output: str) -> str:
     return " ".join(output.split())
 
 
-def host_checks(inventory_path: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
-    """tests/infra against every bpi_f3 host of the inventory, through testinfra's Ansible backend."""
+def host_checks(inventory_path: Path, timeout: float = 1800, group: str = "bpi_f3") -> subprocess.CompletedProcess:
+    """tests/infra against every host of the inventory's group, through testinfra's Ansible backend."""
     began = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/infra", "--hosts=ansible://bpi_f3",
+        [sys.executable, "-m", "pytest", "tests/infra", f"--hosts=ansible://{group}",
          f"--ansible-inventory={inventory_path}", "-rs", "-p", "no:cacheprovider", "-q"],
         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
     print(f"$ pytest tests/infra: exit {result.returncode} in {time.monotonic() - began:.0f} s")

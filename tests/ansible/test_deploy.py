@@ -12,6 +12,7 @@ import subprocess
 import urllib.request
 
 import pytest
+import yaml
 from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap
 from image_support import free_port, user_checkpoint
 
@@ -86,6 +87,50 @@ def test_host_checks_pass_for_the_service(deploy):
     path, _, runs, _ = deploy
     _ok(runs, "deploy")
     result = host_checks(path)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "3 passed" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def gateway(deploy):
+    """gateway.yml on this host (the gateway group's one host) in front of the deployed board
+    and of a board in the inventory that does not serve; run twice."""
+    path, port, runs, work = deploy
+    _ok(runs, "deploy")
+    board = {**yaml.safe_load(path.read_text())["bpi_f3"]["hosts"][TARGET], "ansible_host": "127.0.0.1"}
+    silent = {"ansible_connection": "local", "ansible_host": "127.0.0.1", "sglang_rvv_port": free_port()}
+    gateway_port = free_port()
+    gateway_host = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
+                    "sglang_rvv_src_dir": str(work / "gateway-src"), "sglang_rvv_gateway_port": gateway_port,
+                    "sglang_rvv_gateway_metrics_port": free_port(),
+                    "sglang_rvv_gateway_compose": str(BIN / "podman-compose")}
+    fleet = inventory(work / "fleet.yml", {TARGET: board, "silent-board": silent}, {"gateway-host": gateway_host})
+    gateway_runs = {"gateway": playbook(fleet, "gateway.yml")}
+    if gateway_runs["gateway"].returncode == 0:
+        gateway_runs["gateway again"] = playbook(fleet, "gateway.yml")
+    yield fleet, gateway_port, gateway_runs, port
+    subprocess.run([REPO / "images/scripts/compose.sh", "down"], capture_output=True, timeout=300,
+                   env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose")})
+
+
+def test_the_gateway_routes_to_the_serving_board_and_leaves_out_the_silent_one(gateway):
+    _, gateway_port, runs, port = gateway
+    out = flat(_ok(runs, "gateway").stdout)
+    assert "left out, not serving from gateway-host's side: silent-board" in out
+    assert f"routes (cache_aware) to http://127.0.0.1:{port};" in out and "returned 4 tokens" in out
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{gateway_port}/v1/completions", headers={"Content-Type": "application/json"},
+        data=json.dumps({"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 8, "temperature": 0,
+                         "ignore_eos": True}).encode())
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert json.load(response)["usage"]["completion_tokens"] == 8
+    assert recap(_ok(runs, "gateway again").stdout)["gateway-host"]["changed"] == 0
+
+
+def test_host_checks_pass_for_the_gateway(gateway):
+    fleet, _, runs, _ = gateway
+    _ok(runs, "gateway")
+    result = host_checks(fleet, group="gateway")
     assert result.returncode == 0, result.stdout[-4000:]
     assert "3 passed" in result.stdout
 

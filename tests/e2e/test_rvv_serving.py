@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -184,6 +185,68 @@ def test_weight_update_refused_while_paused_with_a_generation_in_flight(llama, t
     assert "Weights not updated: the engine is paused with requests in flight" in str(refused.value)
     assert last["meta_info"]["completion_tokens"] == LONG
     assert_same_greedy(generate_greedy(on, PROMPTS[2]), before)
+
+
+def _same_greedy(got: list, want: list) -> bool:
+    try:
+        assert_same_greedy(got, want)
+    except AssertionError:
+        return False
+    return True
+
+
+def test_weight_update_under_traffic_never_serves_the_old_packed_weights(llama, tmp_path):
+    # Three clients stream greedy requests while /update_weights_from_disk swaps the flag-on
+    # server's weights. A request that began after the update returned must match the flag-off
+    # server on the new weights (no packed buffer of the old ones survives), one that ended
+    # before it was sent the old weights, and one that overlapped it one of the two whole.
+    off, on, _ = llama
+    old, new = tmp_path / "llama-seed3", tmp_path / "llama-seed4"
+    write_tiny_checkpoint(old, "llama", seed=3)
+    write_tiny_checkpoint(new, "llama", seed=4)
+    for server in (on, off):
+        assert server.post("/update_weights_from_disk", {"model_path": str(old)}, timeout=300)["success"]
+    old_ref = {p: generate_greedy(off, p) for p in PROMPTS}
+    stop, results = threading.Event(), []
+
+    def client(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            prompt = PROMPTS[(index + n) % len(PROMPTS)]
+            began = time.monotonic()
+            steps = generate_greedy(on, prompt)
+            results.append((prompt, began, time.monotonic(), steps))
+            n += 1
+
+    with ThreadPoolExecutor(3) as pool:
+        clients = [pool.submit(client, i) for i in range(3)]
+        time.sleep(3)
+        sent = time.monotonic()
+        reply = on.post("/update_weights_from_disk", {"model_path": str(new)}, timeout=300)
+        done = time.monotonic()
+        time.sleep(3)
+        stop.set()
+        for future in clients:
+            future.result(timeout=300)
+    assert reply["success"], reply
+    assert off.post("/update_weights_from_disk", {"model_path": str(new)}, timeout=300)["success"]
+    new_ref = {p: generate_greedy(off, p) for p in PROMPTS}
+    assert not all(_same_greedy(new_ref[p], old_ref[p]) for p in PROMPTS)  # the update shows
+    before = [r for r in results if r[2] < sent]
+    after = [r for r in results if r[1] > done]
+    during = [r for r in results if r not in before and r not in after]
+    for prompt, _, _, steps in before:
+        assert_same_greedy(steps, old_ref[prompt])
+    for prompt, _, _, steps in after:
+        assert_same_greedy(steps, new_ref[prompt])
+    finished_old = sum(_same_greedy(steps, old_ref[prompt]) for prompt, _, _, steps in during)
+    finished_new = sum(_same_greedy(steps, new_ref[prompt]) for prompt, _, _, steps in during)
+    print(f"weight update under traffic: {len(before)} requests before, {len(during)} during "
+          f"({finished_old} on the old weights, {finished_new} on the new), {len(after)} after; "
+          f"the update took {done - sent:.1f} s")
+    assert before and after
+    assert all(_same_greedy(steps, old_ref[prompt]) or _same_greedy(steps, new_ref[prompt])
+               for prompt, _, _, steps in during)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from image_support import HOST_ARCH, REPO, free_port, lock_get, run, user_checkpoint
+from image_support import HOST_ARCH, REPO, free_port, lock_get, run, scrape, user_checkpoint
 
 CHECKPOINT = REPO / "images" / "scripts" / "checkpoint.py"
 NAME = "My-Tiny-Model"  # served as-is; tagged as my-tiny-model-<digest12>
@@ -92,22 +92,15 @@ def test_the_openai_client_gets_completions_and_chat_by_the_directory_name(serve
     assert "".join(pieces) == chat.choices[0].message.content and len([p for p in pieces if p]) > 1
 
 
-def _scrape(port: int) -> dict[str, float]:
-    """/metrics as {sample with its labels: value}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
-        lines = reply.read().decode().splitlines()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line and line[0] != "#"}
-
-
 def test_metrics_show_the_fast_path_where_the_appliance_runs(served):
     def linear_calls(samples):
         return sum(v for k, v in samples.items() if k.startswith("sglang_rvv_linear_calls_total{"))
 
-    before = _scrape(served)
+    before = scrape(served)
     status, _ = _post(served, "/v1/completions", json.dumps({"model": NAME, "prompt": "Hello", "max_tokens": 4,
                                                              "ignore_eos": True}).encode())
     assert status == 200
-    after = _scrape(served)
+    after = scrape(served)
     assert linear_calls(after) > linear_calls(before)  # the policy saw this request's Linear calls
     assert after["sglang_rvv_packed_bytes"] >= 0  # what the route table keeps packed
     assert after['sglang_rvv_info{cache_state="artifact-cold",provider="generic"}'] == 1.0  # cold image, x86

@@ -3,10 +3,11 @@
     pytest tests/infra --hosts='ansible://bpi_f3' --ansible-inventory=INVENTORY
 
 Which checks apply to a host comes from its inventory variables:
-``sglang_rvv_infra_checks`` (default ``[board, service]``; the emulated board has no
-images, so it runs ``[board]``) and ``board_allow_emulated`` (hardware checks skip,
-naming the board they need). Without ``--hosts`` the plain ``make test`` run leaves this
-directory out (tests/conftest.py); tests/ansible drives it against real targets.
+``sglang_rvv_infra_checks`` (default ``[board, service]``, or ``[gateway]`` for a host of the
+gateway group; the emulated board has no images, so it runs ``[board]``) and
+``board_allow_emulated`` (hardware checks skip, naming the board they need). Without
+``--hosts`` the plain ``make test`` run leaves this directory out (tests/conftest.py);
+tests/ansible drives it against real targets.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class Target:
         return str(self.vars.get("board_allow_emulated", False)).lower() in ("true", "1", "yes")
 
     def require(self, check: str) -> None:
-        wanted = self.vars.get("sglang_rvv_infra_checks", ["board", "service"])
+        default = ["gateway"] if "gateway" in self.vars.get("group_names", []) else ["board", "service"]
+        wanted = self.vars.get("sglang_rvv_infra_checks", default)
         if check not in wanted:
             pytest.skip(f"{self.vars['inventory_hostname']} runs only {wanted} checks (sglang_rvv_infra_checks)")
 

@@ -1,0 +1,228 @@
+"""A fleet on one host: `make up REPLICAS=2` starts two appliances on their own CPUs and the
+gateway (smg, SGLang's router) in front of them on one port; the faults a fleet meets.
+
+Everything is real: the images, podman-compose, the gateway and SGLang. Traffic goes only to
+127.0.0.1, every client call has a timeout (CALL_TIMEOUT_S), and every test is bounded in
+requests and time. The tests run in file order: the soak first, on a fleet nobody has
+disturbed, then a replica is killed, then a scheduler process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from image_support import free_port, run, scrape
+
+REPLICAS = 2
+# A client call returns within this, answered or failed: the bound every fault test states.
+CALL_TIMEOUT_S = 120
+# The soak: requests at this concurrency for this long through the gateway (SGLANG_RVV_SOAK_S).
+SOAK_CONCURRENCY = 8
+SOAK_S = float(os.environ.get("SGLANG_RVV_SOAK_S", "120"))
+SOAK_WARMUP_S = 20
+# Distinct first words, so that cache-aware routing spreads the requests over the replicas.
+WORDS = ["Apples", "Boards", "Cores", "Drums", "Eagles", "Forks", "Grapes", "Harbors"]
+# How long a killed replica may take to come back (a restart with a warm Inductor cache).
+RECOVERY_S = 300
+
+
+@pytest.fixture(scope="module")
+def fleet(amd64_images, build_logs):
+    """make up REPLICAS=2 CACHE=warm on free ports; make down afterwards."""
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "SGLANG_RVV_GATEWAY_METRICS_PORT": str(metrics_port)}
+    try:
+        run(["make", "up", f"REPLICAS={REPLICAS}", "CACHE=warm", f"PORT={port}"], timeout=1200,
+            log=build_logs / "make-up-fleet.log", env=env)
+        yield {"port": port, "metrics": metrics_port, "replicas": [port + i for i in range(1, REPLICAS + 1)]}
+    finally:
+        run(["make", "down"], timeout=300)
+
+
+def _replica(index: int) -> str:
+    """The container id of replica INDEX (1-based)."""
+    label = f"label=io.podman.compose.project=sglang-rvv-replica-{index}"
+    out = subprocess.run(["podman", "ps", "-a", "--filter", label, "--format", "{{.ID}}"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert len(out) == 1, f"replica {index}: containers {out}"
+    return out[0]
+
+
+def _inspect(container: str, template: str) -> str:
+    return subprocess.run(["podman", "inspect", "--format", template, container], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _workers(port: int) -> dict[str, bool]:
+    """The gateway's workers: {url: healthy}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=10) as reply:
+        return {w["url"]: w["is_healthy"] for w in json.load(reply)["workers"]}
+
+
+def _wait(what: str, check, timeout: float, interval: float = 1.0) -> float:
+    began = time.monotonic()
+    while not check():
+        if time.monotonic() - began > timeout:
+            pytest.fail(f"{what}: not after {timeout:.0f} s", pytrace=False)
+        time.sleep(interval)
+    return time.monotonic() - began
+
+
+def _complete(port: int, prompt: str, max_tokens: int) -> dict:
+    """One completion; {status, began, seconds, tokens | error}. HTTP errors are outcomes, not raised;
+    a connection failure or a timeout is recorded as status 0 with its error."""
+    body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    began = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=CALL_TIMEOUT_S) as reply:
+            outcome = {"status": reply.status, "tokens": json.load(reply)["usage"]["completion_tokens"]}
+    except urllib.error.HTTPError as error:
+        outcome = {"status": error.code, "error": error.read().decode()[:200]}
+    except OSError as error:  # refused, reset, or timed out: the outcomes the gateway must prevent
+        outcome = {"status": 0, "error": repr(error)}
+    return {**outcome, "began": began, "seconds": time.monotonic() - began}
+
+
+def _served(port: int) -> float:
+    """Requests a replica finished, from SGLang's own metrics."""
+    return sum(v for k, v in scrape(port).items() if k.startswith("sglang:e2e_request_latency_seconds_count"))
+
+
+def _running(port: int) -> float:
+    """Requests a replica is decoding now."""
+    return sum(v for k, v in scrape(port).items() if k.startswith("sglang:num_running_reqs"))
+
+
+def _rss_mib(container: str) -> float:
+    """The resident memory of every process of a container, from the host's /proc."""
+    pids = subprocess.run(["podman", "top", container, "hpid"], capture_output=True, text=True,
+                          check=True).stdout.split()[1:]
+    total = 0
+    for pid in pids:
+        try:
+            status = open(f"/proc/{pid}/status").read()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total / 1024
+
+
+def test_the_gateway_fronts_every_replica_each_on_its_own_cpus(fleet):
+    urls = {f"http://127.0.0.1:{port}" for port in fleet["replicas"]}
+    assert _workers(fleet["port"]) == dict.fromkeys(urls, True)
+    cpusets = [_inspect(_replica(i), "{{.HostConfig.CpusetCpus}}") for i in range(1, REPLICAS + 1)]
+    cpus = [set(c.split(",")) for c in cpusets]
+    assert all(cpus) and not cpus[0] & cpus[1], f"replicas' CPU sets overlap: {cpusets}"
+    with urllib.request.urlopen(f"http://127.0.0.1:{fleet['port']}/v1/models", timeout=30) as reply:
+        assert [m["id"] for m in json.load(reply)["data"]] == ["tiny-llama"]  # clients see one appliance
+    outcome = _complete(fleet["port"], "Hello", 8)
+    assert outcome["status"] == 200 and outcome["tokens"] == 8, outcome
+
+
+def test_a_soak_at_concurrency_8_keeps_memory_flat_and_every_request_counted(fleet):
+    containers = [_replica(i) for i in range(1, REPLICAS + 1)]
+    packed = [scrape(p)["sglang_rvv_packed_bytes"] for p in fleet["replicas"]]
+    served_before = sum(_served(p) for p in fleet["replicas"])
+    gateway_before = scrape(fleet["metrics"])
+    deadline = time.monotonic() + SOAK_S
+    rss_warm: list[float] = []
+
+    def client(worker: int) -> list[dict]:
+        outcomes, n = [], 0
+        while time.monotonic() < deadline:
+            outcomes.append(_complete(fleet["port"], f"Client {worker} asks question {n} of the fleet:", 32))
+            n += 1
+        return outcomes
+
+    with ThreadPoolExecutor(SOAK_CONCURRENCY) as pool:
+        futures = [pool.submit(client, w) for w in range(SOAK_CONCURRENCY)]
+        time.sleep(SOAK_WARMUP_S)
+        rss_warm = [_rss_mib(c) for c in containers]
+        outcomes = [o for f in futures for o in f.result(timeout=SOAK_S + 2 * CALL_TIMEOUT_S)]
+    rss_end = [_rss_mib(c) for c in containers]
+
+    failed = [o for o in outcomes if o["status"] != 200]
+    print(f"soak: {len(outcomes)} requests in {SOAK_S:.0f} s at concurrency {SOAK_CONCURRENCY}, {len(failed)} failed; "
+          f"RSS MiB after warm-up {[round(r) for r in rss_warm]}, at the end {[round(r) for r in rss_end]}; "
+          f"slowest {max(o['seconds'] for o in outcomes):.1f} s")
+    assert not failed, failed[:5]
+    for warm, end in zip(rss_warm, rss_end, strict=True):
+        assert abs(end - warm) <= 0.05 * warm, f"RSS moved from {warm:.0f} to {end:.0f} MiB"
+    assert [scrape(p)["sglang_rvv_packed_bytes"] for p in fleet["replicas"]] == packed
+    served = sum(_served(p) for p in fleet["replicas"]) - served_before
+    assert served == len(outcomes), f"the replicas count {served} requests, the clients sent {len(outcomes)}"
+    assert all(_served(p) > 0 for p in fleet["replicas"]), "the gateway sent everything to one replica"
+    gateway = scrape(fleet["metrics"])
+    routed = sum(v - gateway_before.get(k, 0) for k, v in gateway.items() if k.startswith("smg_http_requests_total")
+                 and 'path="/v1/completions"' in k)
+    print(f"soak: the gateway counts {routed:.0f} completions")
+
+
+def test_a_killed_replica_fails_no_waiting_request_and_rejoins(fleet):
+    victim, victim_url = _replica(1), f"http://127.0.0.1:{fleet['replicas'][0]}"
+    restarts = int(_inspect(victim, "{{.RestartCount}}"))
+
+    def kill_when_busy() -> tuple[float, float]:
+        # Only once the victim is decoding some of the first four requests: a kill then has
+        # requests in flight on it, and the last four are still waiting in the client.
+        _wait("replica 1 decodes a request", lambda: _running(fleet["replicas"][0]) > 0, timeout=30, interval=0.1)
+        in_flight = _running(fleet["replicas"][0])
+        os.kill(int(_inspect(victim, "{{.State.Pid}}")), signal.SIGKILL)  # a crash, not a stop
+        return time.monotonic(), in_flight
+
+    with ThreadPoolExecutor(4) as pool, ThreadPoolExecutor(1) as killer:
+        killed = killer.submit(kill_when_busy)
+        began = time.monotonic()
+        futures = [pool.submit(_complete, fleet["port"], f"{WORDS[n]} is what request {n} asks a fleet about:", 128)
+                   for n in range(8)]
+        outcomes = [f.result(timeout=CALL_TIMEOUT_S + 30) for f in futures]
+        killed_at, in_flight = killed.result()
+    waiting = [o for o in outcomes if o["began"] > killed_at]
+    print(f"killed replica 1 at {killed_at - began:.1f} s with {in_flight:.0f} requests in flight on it: " + ", ".join(
+        f"{o['status']} from {o['began'] - began:.1f} s for {o['seconds']:.1f} s" for o in outcomes))
+    assert all(o["status"] == 200 or 400 <= o["status"] < 600 for o in outcomes), \
+        [o for o in outcomes if o["status"] == 0]  # answered or a clean HTTP error: no reset, no hang
+    assert all(o["seconds"] < CALL_TIMEOUT_S for o in outcomes)
+    assert waiting and all(o["status"] == 200 for o in waiting), waiting  # not yet started: the other replica
+    unhealthy_after = _wait("the gateway marks the killed replica unhealthy",
+                            lambda: not _workers(fleet["port"]).get(victim_url, True), timeout=60)
+    back_after = _wait("the killed replica is restarted and healthy at the gateway",
+                       lambda: _workers(fleet["port"]).get(victim_url) is True, timeout=RECOVERY_S, interval=3)
+    assert int(_inspect(victim, "{{.RestartCount}}")) == restarts + 1  # compose's restart policy brought it back
+    before = _served(fleet["replicas"][0])
+    outcomes = [_complete(fleet["port"], f"After the restart, question {n}:", 4) for n in range(12)]
+    assert all(o["status"] == 200 for o in outcomes), outcomes
+    print(f"gateway saw replica 1 unhealthy {unhealthy_after:.0f} s after the check began, "
+          f"healthy again {back_after:.0f} s later; {_served(fleet['replicas'][0]) - before:.0f} of 12 routed to it")
+    assert _served(fleet["replicas"][0]) > before, "the gateway does not route to the restarted replica"
+
+
+def test_a_dead_scheduler_restarts_its_appliance_and_the_fleet_keeps_answering(fleet):
+    victim = _replica(2)
+    restarts = int(_inspect(victim, "{{.RestartCount}}"))
+    top = subprocess.run(["podman", "top", victim, "hpid", "args"], capture_output=True, text=True, check=True).stdout
+    scheduler = [line.split()[0] for line in top.splitlines() if "sglang::scheduler" in line]
+    assert len(scheduler) == 1, top
+    began = time.monotonic()
+    os.kill(int(scheduler[0]), signal.SIGKILL)
+    outcomes = [_complete(fleet["port"], f"While replica 2 is down, question {n}:", 4) for n in range(6)]
+    _wait("replica 2's healthcheck fails", lambda: subprocess.run(
+        ["podman", "healthcheck", "run", victim], capture_output=True).returncode != 0
+        or int(_inspect(victim, "{{.RestartCount}}")) > restarts, timeout=60)
+    healthy = _wait("replica 2 is restarted and healthy", lambda: int(_inspect(victim, "{{.RestartCount}}")) > restarts
+                    and subprocess.run(["podman", "healthcheck", "run", victim], capture_output=True).returncode == 0,
+                    timeout=RECOVERY_S, interval=3)
+    print(f"scheduler killed: replica 2 healthy again after {time.monotonic() - began:.0f} s "
+          f"({healthy:.0f} s of waiting); requests meanwhile: {[o['status'] for o in outcomes]}")
+    assert all(o["status"] == 200 for o in outcomes), outcomes
