@@ -75,7 +75,8 @@ $(COMPOSE_VENV)/.installed: requirements/lock.txt images/lock.toml
 	$(PYTHON) -m venv $(COMPOSE_VENV)
 	python3 $(IMAGES_SCRIPTS)/lock.py tool-requirements compose $(COMPOSE_VENV)/requirements.txt
 	$(COMPOSE_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
-		--only-binary=:all: -r $(COMPOSE_VENV)/requirements.txt
+		--only-binary=:all: -r $(COMPOSE_VENV)/requirements.txt \
+		2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 	touch $@
 
 compose-tool: $(if $(filter $(CURDIR)/$(COMPOSE_VENV)/bin/podman-compose,$(PODMAN_COMPOSE)),$(COMPOSE_VENV)/.installed)

@@ -129,6 +129,13 @@ def serving_summary(run: Run) -> dict[tuple[str, int], dict]:
             for r in run.of("serving").values()}
 
 
+def fleet_summary(run: Run) -> dict[tuple[str, int], dict]:
+    """(layout, concurrency) -> request statistics through the layout's one URL, with its replicas'
+    CPU lists."""
+    return {(r["layout"], r["concurrency"]): {**_request_stats(r["requests"], r["wall_s"]), "cpus": r["cpus"]}
+            for r in run.of("fleet").values()}
+
+
 def start_summary(run: Run) -> dict[str, dict[str, dict]]:
     """mode -> cache state -> {ready_s, ttft_after_start_s, install_seconds and warmup (the policy
     report's, flag on; ``None`` otherwise, and install_seconds in runs from before it was recorded)}."""
@@ -397,6 +404,10 @@ def metric_rows(run: Run) -> list[dict]:
                 add("serving", key, mode, f"c={concurrency}", stat, value, "tok/s" if key == "decode_tok_s" else "ms")
         for key in ("output_tok_s", "total_tok_s", "wall_s"):
             add("serving", key, mode, f"c={concurrency}", "value", stats[key], "tok/s" if "tok" in key else "s")
+    for (layout, concurrency), stats in fleet_summary(run).items():
+        add("fleet", "output_tok_s", layout, f"c={concurrency}", "value", stats["output_tok_s"], "tok/s")
+        for stat in ("median", "p99"):
+            add("fleet", "ttft_ms", layout, f"c={concurrency}", stat, (stats["ttft_ms"] or {}).get(stat), "ms")
     for mode, states in start_summary(run).items():
         for state, values in states.items():
             for key in ("ready_s", "ttft_after_start_s", "install_seconds"):
@@ -537,6 +548,26 @@ def _serving_md(run: Run) -> str:
             "request's (output tokens − 1) / (latency − TTFT); aggregate tok/s over the level's wall time.\n\n"
             + _table(["mode", "concurrency", "requests", "output tokens", "TTFT ms", "TPOT ms", "ITL ms",
                       "decode tok/s per request", "aggregate output tok/s", "aggregate total tok/s", "wall s"], rows))
+
+
+def _fleet_md(run: Run) -> str:
+    summary = fleet_summary(run)
+    if not summary:
+        reason = run.meta.get("left_out", {}).get("fleet")
+        return f"_left out: {reason}_" if reason else "_no fleet results_"
+    single = {c: s["output_tok_s"] for (_, c), s in summary.items() if len(s["cpus"]) == 1}
+    rows = []
+    for (layout, concurrency), s in sorted(summary.items()):
+        ttft = s["ttft_ms"] or {}
+        rows.append([layout, " / ".join(",".join(map(str, cpus)) for cpus in s["cpus"]), concurrency, s["requests"],
+                     _fmt(s["output_tok_s"], 2), _fmt(_ratio(s["output_tok_s"], single.get(concurrency)), 2),
+                     _fmt(ttft.get("median"), 0), _fmt(ttft.get("p99"), 0), _fmt(s["wall_s"])])
+    return ("Flag on; each layout serves through one URL: the server itself (1 replica), or SGLang's gateway "
+            "(smg, cache-aware) in front of 2 replicas. Each replica runs on the CPUs listed: where the host has "
+            "fewer cores than a fleet has boards, the replicas share them, and the numbers show the mechanism, "
+            "not a speed-up.\n\n"
+            + _table(["layout", "CPUs per replica", "concurrency", "requests", "aggregate output tok/s",
+                      "vs 1 replica", "TTFT median ms", "TTFT p99 ms", "wall s"], rows))
 
 
 def _start_md(run: Run) -> str:
@@ -684,7 +715,8 @@ SECTIONS = (("Targets (issue 6 and the BPI-F3)", _targets_md), ("One-batch", _on
             ("Serving, concurrency 1 vs 2", _serving_md), ("Hugging Face generate", _hf_generate_md),
             ("Server start, cold vs warm cache", _start_md), ("RSS vs predicted packed bytes", _rss_md),
             ("Measured route table", _route_table_md), ("Bucket hits", _calls_md),
-            ("Kernel (Linear microbenchmark)", _kernel_md))
+            ("Kernel (Linear microbenchmark)", _kernel_md),
+            ("Fleet: 1 replica vs 2 behind the gateway", _fleet_md))
 
 
 def render_run(run: Run, plots: list[Path] = (), base: Path | None = None) -> str:
@@ -698,7 +730,7 @@ def render_run(run: Run, plots: list[Path] = (), base: Path | None = None) -> st
 
 COMPARISON_TITLES = {"one_batch": "One-batch", "serving": "Serving", "hf_generate": "Hugging Face generate",
                      "start": "Server start", "rss": "RSS", "linear_calls": "Bucket hits", "kernel": "Kernel",
-                     "route_table": "Measured route table"}
+                     "route_table": "Measured route table", "fleet": "Fleet (1 replica vs 2 behind the gateway)"}
 
 
 def render_comparison(runs: list[Run], plots: list[Path] = (), base: Path | None = None) -> str:

@@ -121,6 +121,8 @@ class SGLangServer:
     defaults: argparse keeps the last value). ``env`` entries override the
     inherited environment. ``log_path`` receives the server's stdout and stderr
     (default: a fresh file in the temp directory; ``"-"``: this process's own).
+    ``cpus`` pins the whole process group to those CPUs (``taskset``), and sets
+    ``OMP_NUM_THREADS`` to their number unless ``env`` does.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class SGLangServer:
         log_path: str | os.PathLike | None = None,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS,
+        cpus: Sequence[int] = (),
     ):
         self.model_path = str(model_path)
         self.port = port or free_port()
@@ -144,6 +147,10 @@ class SGLangServer:
             *cpu_server_args(max_total_tokens), *extra_args,
         ]
         self.env = {**os.environ, **CPU_ENV, **(env or {})}
+        if cpus:  # taskset execs the server: its pid, and so the process group, stay the server's
+            self.command = ["taskset", "--cpu-list", ",".join(map(str, cpus)), *self.command]
+            if "OMP_NUM_THREADS" not in (env or {}):
+                self.env["OMP_NUM_THREADS"] = str(len(cpus))
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix=f"sglang-server-{self.port}-", suffix=".log")
             os.close(fd)

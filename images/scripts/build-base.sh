@@ -18,11 +18,6 @@ TMP_REF=""
 
 parse_args() { parse_build_args '2,10' "$@"; }
 
-up_to_date() {
-  local image="$1" want="$2"
-  image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.base-inputs") == "${want}" ]]
-}
-
 # Downloaded .debs are kept in BUILD_DIR/debs-SUITE-ARCH between builds (mmdebstrap's
 # sync-in/sync-out recipe); the image itself never contains them. apt's partial/ keeps the
 # apt package's old mtime unless apt downloaded something, and the SOURCE_DATE_EPOCH clamp
@@ -41,7 +36,7 @@ make_rootfs() {
   fi
   python3 "${LOCK_PY}" export "${ARCH}" >"${workdir}/base.json"
   log "mmdebstrap ${suite} ${ARCH} (+ ${packages}) from ${mirror}"
-  SOURCE_DATE_EPOCH=$(lock base.source_date_epoch) mmdebstrap \
+  SOURCE_DATE_EPOCH=$(lock base.source_date_epoch) heartbeat "mmdebstrap ${suite} ${ARCH}" mmdebstrap \
     --quiet \
     --mode=root \
     --format=tar \
@@ -66,7 +61,7 @@ make_rootfs() {
 
 import_rootfs() {
   local tarball="$1" tmp_ref="$2"
-  podman import --quiet --arch "${ARCH}" --os linux "${tarball}" "${tmp_ref}" >/dev/null
+  heartbeat "podman import" podman import --quiet --arch "${ARCH}" --os linux "${tarball}" "${tmp_ref}" >/dev/null
 }
 
 build_image() {
@@ -95,10 +90,7 @@ main() {
   local image want workdir suffix
   image=$(image_name base "${ARCH}")
   want=$(python3 "${LOCK_PY}" base-inputs "${ARCH}")
-  if ((!FORCE)) && up_to_date "${image}" "${want}"; then
-    log "${image} is up to date (base-inputs ${want:0:12})"
-    return
-  fi
+  kept "${image}" base-inputs "${want}" && return
   need_emulation "${ARCH}"
   timer_start
   workdir="${BUILD_DIR}/base-${ARCH}"

@@ -46,10 +46,7 @@ main() {
   [[ $(image_label "${model_image}" "${LABEL_PREFIX}.serving") != unavailable ]] \
     || die "${model_image} cannot serve (no SGLang: ${ARCH} without the patched wheelhouse), so there is nothing to warm; build with CACHE=cold"
   inputs=$(podman image inspect --format '{{.Id}}' "${model_image}")
-  if ((!FORCE)) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.cache-inputs") == "${inputs}" ]]; then
-    log "${image} is up to date (cache-inputs ${inputs:0:12})"
-    return
-  fi
+  kept "${image}" cache-inputs "${inputs}" && return
   timer_start
   ctx="${BUILD_DIR}/cache-context-${MODEL}-${ARCH}"
   warm_cache "${model_image}" "${ctx}/inductor"

@@ -34,10 +34,8 @@ main() {
   python3 "${LOCK_PY}" tool-requirements gateway "${ctx}/requirements.txt"
   cp "${IMAGES_DIR}"/gateway/{Containerfile,gateway.py} "${IMAGES_DIR}/scripts/compile-pyc.py" "${ctx}/"
   digest=$(context_digest "${ctx}" "${base}")
-  if ((!FORCE)) && image_exists "${image}" \
-    && [[ $(image_label "${image}" "${LABEL_PREFIX}.context-digest") == "${digest}" ]]; then
+  if kept "${image}" context-digest "${digest}"; then
     rm -rf "${ctx}"
-    log "${image} is up to date (context-digest ${digest:0:12})"
     return
   fi
   timer_start

@@ -46,10 +46,7 @@ main() {
   image=$(image_name model "${ARCH}" "${MODEL}")
   image_exists "${runtime}" || die "runtime image ${runtime} not found: run images/scripts/build-runtime.sh ${ARCH}"
   inputs=$(model_inputs "${runtime}")
-  if ((!FORCE)) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.model-inputs") == "${inputs}" ]]; then
-    log "${image} is up to date (model-inputs ${inputs:0:12})"
-    return
-  fi
+  kept "${image}" model-inputs "${inputs}" && return
   timer_start
   ctx="${BUILD_DIR}/model-context-${MODEL}-${ARCH}"
   rm -rf "${ctx}"

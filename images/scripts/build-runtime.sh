@@ -130,10 +130,8 @@ main() {
   ctx="${BUILD_DIR}/runtime-context-${ARCH}"
   stage_context "${ctx}"
   digest=$(context_digest "${ctx}" "${base}")
-  if ((!FORCE)) && image_exists "${image}" \
-    && [[ $(image_label "${image}" "${LABEL_PREFIX}.context-digest") == "${digest}" ]]; then
+  if kept "${image}" context-digest "${digest}"; then
     rm -rf "${ctx}"
-    log "${image} is up to date (context-digest ${digest:0:12})"
     return
   fi
   wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"

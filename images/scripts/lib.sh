@@ -93,16 +93,17 @@ cleanup_tmp_ref() {
   return 0
 }
 
-# heartbeat LABEL CMD...: run CMD; while it runs, log every 30 s that LABEL is still going,
-# so a long quiet step (a download, a build step, a first start) never looks hung.
+# heartbeat LABEL CMD...: run CMD; while it runs, log every SGLANG_RVV_HEARTBEAT_S (30) s that
+# LABEL is still going, so a long quiet step (a download, a build step) never looks hung.
 heartbeat() {
   local label="$1" began ticker rc=0
   shift
   began=$(date +%s)
   (
+    # The sleep is killed with the ticker: left behind, it would hold our stderr open.
     trap 'kill "${nap}" 2>/dev/null; exit 0' TERM
     while :; do
-      sleep 30 & nap=$!
+      sleep "${SGLANG_RVV_HEARTBEAT_S:-30}" & nap=$!
       wait "${nap}"
       log "${label}: still running ($(( $(date +%s) - began )) s)"
     done
@@ -182,6 +183,15 @@ model_key() {
 # image_label IMAGE KEY: a label of a local image ('' when unset).
 image_label() {
   podman image inspect --format "{{index .Labels \"$2\"}}" "$1" 2>/dev/null | sed 's/^<no value>$//'
+}
+
+# kept IMAGE NAME VALUE: true, and says so, when IMAGE was built from the same inputs (its label
+# io.sglang-rvv.NAME is VALUE) and the build script was not given --force (FORCE=1).
+kept() {
+  local image="$1" name="$2" value="$3"
+  ((!${FORCE:-0})) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.${name}") == "${value}" ]] \
+    || return 1
+  log "${image} is up to date (${name} ${value:0:12})"
 }
 
 qemu_arch() {

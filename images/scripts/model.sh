@@ -74,7 +74,7 @@ download_hf() {
   fi
   log "downloading $(lock "models.${name}.repo")@$(lock "models.${name}.revision") with huggingface_hub"
   mkdir -p "${dir}"
-  podman run --rm --init --user 0 --no-healthcheck "${secret[@]}" -e HF_HUB_OFFLINE=0 \
+  heartbeat "download of models.${name}" podman run --rm --init --user 0 --no-healthcheck "${secret[@]}" -e HF_HUB_OFFLINE=0 \
     -v "${dir}:/out" "${image}" python -c '
 import sys
 from huggingface_hub import hf_hub_download

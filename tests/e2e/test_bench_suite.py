@@ -6,6 +6,7 @@ One suite run (about 5-6 minutes on 2 cores) feeds every test of this module.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import subprocess
@@ -43,6 +44,7 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
         "serving": {"off-c1", "off-c2", "on-c1", "on-c2"},
         "kernel": {"linear"},
         "hf_generate": {"generate"},
+        "fleet": {f"{layout}-c{c}" for layout in ("1-replica", "2-replicas-gateway") for c in (1, 2, 4, 8)},
     }
     run = load_run(run_dir)
     assert {kind: set(records) for kind, records in run.results.items()} == expected
@@ -103,6 +105,20 @@ def test_serving_requests_are_exact_and_counted(run_dir):
             assert hits and all(n > 0 for n in hits.values()), (concurrency, projection, calls)
 
 
+def test_the_fleet_step_serves_one_url_per_layout_on_split_cpus(run_dir):
+    run = load_run(run_dir)
+    cpus = sorted(os.sched_getaffinity(0))
+    for name, record in run.of("fleet").items():
+        assert len(record["requests"]) == max(2, record["concurrency"]), name  # --quick: 2 requests, at least c
+        assert all(r["output_tokens"] == 8 and r["cached_tokens"] == 0 for r in record["requests"]), name
+        if name.startswith("1-replica"):
+            assert (record["replicas"], record["gateway"], record["cpus"]) == (1, False, [cpus])
+        else:  # two replicas behind the gateway, each on its own half of the CPUs
+            assert (record["replicas"], record["gateway"]) == (2, True)
+            assert sorted(record["cpus"][0] + record["cpus"][1]) == cpus and not set(record["cpus"][0]) & set(
+                record["cpus"][1])
+
+
 def test_report_renders_the_run(run_dir):
     result = subprocess.run([str(SGLANG_RVV), "report", str(run_dir)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -114,6 +130,7 @@ def test_report_renders_the_run(run_dir):
         assert markdown.count("**not judged: needs a BPI-F3**") == 2
     assert re.search(r"^\| o_proj \| 2048x2048 \| 1 \| [\d.]+ \| [\d.]+ \|", markdown, re.M)  # GB/s per cell
     assert len((run_dir / "metrics.csv").read_text().splitlines()) > 50
+    assert re.search(r"^\| 2-replicas-gateway \| [\d,]+ / [\d,]+ \| 8 \| 8 \| [\d.]+ \| [\d.]+ \|", markdown, re.M)
     assert sorted(p.name for p in (run_dir / "plots").glob("*.png")) == [
         "rss.png", "serving_latency.png", "start.png", "tok_s.png"]
     assert json.loads((run_dir / "meta.json").read_text())["schema"] == 1

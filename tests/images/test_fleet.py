@@ -13,13 +13,15 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
-from image_support import free_port, run, scrape
+from image_support import REPO, free_port, run, scrape
 
 REPLICAS = 2
 # A client call returns within this, answered or failed: the bound every fault test states.
@@ -116,6 +118,15 @@ def _rss_mib(container: str) -> float:
             continue
         total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
     return total / 1024
+
+
+@pytest.mark.parametrize("replicas", ["0", "two", "-1"])
+def test_a_replica_count_that_is_not_a_whole_number_is_refused_before_anything_starts(replicas):
+    result = subprocess.run([REPO / "images/scripts/compose.sh", "up"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "SGLANG_RVV_REPLICAS": replicas,
+                                 "PODMAN_COMPOSE": str(Path(sys.executable).with_name("podman-compose"))})
+    assert result.returncode == 1
+    assert f"SGLANG_RVV_REPLICAS='{replicas}' must be a whole number >= 1 (make up REPLICAS=N)" in result.stderr
 
 
 def test_the_gateway_fronts_every_replica_each_on_its_own_cpus(fleet):

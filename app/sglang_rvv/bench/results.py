@@ -10,6 +10,8 @@
         kernel/linear.json             the Linear microbenchmark (bench/linear.py --json): the kernel
                                        facts, then one entry of ``runs`` per thread count
         hf_generate/generate.json      Hugging Face generate, both modes: raw times, output ids
+        fleet/<layout>-c<N>.json       one concurrency level through one URL (a server, or the
+                                       gateway in front of two): its CPU split, every request's timings
         policy/<name>.json             the plugin's policy report of each flag-on process
         logs/<name>.log                each process's output
 
@@ -33,7 +35,7 @@ from pathlib import Path
 
 SCHEMA = 1
 META = "meta.json"
-KINDS = ("one_batch", "start", "serving", "kernel", "hf_generate")
+KINDS = ("one_batch", "start", "serving", "kernel", "hf_generate", "fleet")
 COLD, WARM = "artifact-cold", "artifact-warm"
 SUITE_COMMAND = "python -m sglang_rvv.bench suite"
 

@@ -1,4 +1,4 @@
-"""Benchmark suite (issue 6): one-batch, serving, kernel and HF generate, flag off vs on, into one run directory.
+"""Benchmark suite (issue 6): one-batch, serving, kernel, HF generate and fleet into one run directory.
 
 One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
 :mod:`sglang_rvv.bench.results` for its layout), then ``sglang-rvv report DIR``:
@@ -21,7 +21,10 @@ One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
 * hf-generate: Hugging Face ``generate`` (input 64, 8 new tokens, greedy) row-major, then
   with the policy installed and warmed up, on one model in one process
   (:mod:`sglang_rvv.bench.hf_generate`): prefill and decode tok/s, median over 3
-  repetitions, and whether both modes generate the same ids.
+  repetitions, and whether both modes generate the same ids;
+* fleet: flag on, one server on every usable CPU, then two on halves of them behind SGLang's
+  gateway (smg), at concurrency 1, 2, 4 and 8 (:mod:`sglang_rvv.bench.fleet`); left out, and
+  named in meta.json's ``left_out``, where smg is not installed.
 
 Progress goes to stderr; each run directory's path is printed on stdout.
 """
@@ -43,11 +46,11 @@ from ..entrypoint import usable_cpus
 from ..inductor_cache import STATE_ENV
 from ..server import SGLangServer
 from ..tiny import REAL_SHAPES
-from . import hf_generate, one_batch, results, serving
+from . import fleet, hf_generate, one_batch, results, serving
 from .meta import provenance
 from .results import COLD, WARM, log_path, m1_gbs, policy_report_path, thread_counts, write_result
 
-STEPS = ("one-batch", "serving", "kernel", "hf-generate")
+STEPS = ("one-batch", "serving", "kernel", "hf-generate", "fleet")
 CONCURRENCY = (1, 2)
 FULL = {"runs": 3, "requests": 4, "repetitions": hf_generate.REPETITIONS}
 QUICK = {"runs": 1, "requests": 2, "repetitions": 1}
@@ -167,6 +170,48 @@ def run_serving(model: Path, run_dir: Path, prov: dict, requests: int, seed: int
                     server.stop()
 
 
+def run_fleet(model: Path, run_dir: Path, prov: dict, requests: int, seed: int, progress: Progress) -> str | None:
+    """1 replica, then 2 behind the gateway, flag on, at each of fleet.CONCURRENCY; why it was
+    left out, or None."""
+    if fleet.smg_command() is None:
+        reason = "smg (SGLang's gateway) is not installed here: it comes with the development venv, on the controller"
+        progress.say(f"fleet: left out: {reason}")
+        return reason
+    counts = [max(requests, concurrency) for concurrency in fleet.CONCURRENCY]
+    prompts = serving.prompt_ids(model, sum(counts) + len(counts), seed + 1)
+    with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-inductor-fleet-") as cache:
+        for name, shares in fleet.layouts(sorted(os.sched_getaffinity(0))).items():
+            split = " | ".join(",".join(map(str, share)) for share in shares)
+            servers = [SGLangServer(model, extra_args=[*one_batch.MODES["on"], "--cpu-rvv-warmup"],
+                                    env={"TORCHINDUCTOR_CACHE_DIR": cache}, cpus=share,
+                                    log_path=log_path(run_dir, f"fleet-{name}-{i}"), startup_timeout=STARTUP_TIMEOUT)
+                       for i, share in enumerate(shares)]
+            gateway = None if len(servers) == 1 else fleet.Gateway(
+                [s.base_url for s in servers], log_path=log_path(run_dir, f"fleet-{name}-gateway"))
+            try:
+                with progress.step(f"fleet {name}: start (CPUs {split})"):
+                    for server in servers:
+                        server.start()
+                    if gateway:
+                        gateway.start()
+                url = (gateway or servers[0]).base_url
+                offset = 0
+                for concurrency, count in zip(fleet.CONCURRENCY, counts, strict=True):
+                    chunk, offset = prompts[offset:offset + 1 + count], offset + 1 + count
+                    with progress.step(f"fleet {name}: concurrency {concurrency}, {count} requests"):
+                        serving.generate(url, chunk[0])
+                        timed, wall = serving.run_level(url, chunk[1:], concurrency)
+                    write_result(run_dir, "fleet", f"{name}-c{concurrency}", prov, None, layout=name,
+                                 replicas=len(servers), cpus=shares, gateway=bool(gateway), concurrency=concurrency,
+                                 wall_s=wall, requests=timed)
+            finally:
+                if gateway:
+                    gateway.stop()
+                for server in servers:
+                    server.stop()
+    return None
+
+
 def _run_json_step(run_dir: Path, log_name: str, command: list[str], env: dict[str, str] | None = None) -> dict:
     """A step's own process (its torch and compiles stay out of the suite's), its output logged; its --json."""
     log = log_path(run_dir, log_name)
@@ -247,6 +292,10 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
             run_kernel(run_dir, prov, args.quick, threads, progress)
         if "hf-generate" not in args.skip:
             run_hf_generate(model, run_dir, prov, repetitions, args.seed, progress)
+        if "fleet" not in args.skip:
+            left_out = run_fleet(model, run_dir, prov, requests, args.seed, progress)
+            if left_out:
+                meta["left_out"] = {"fleet": left_out}
         meta["complete"] = True
     except BaseException as error:
         meta["error"] = f"{type(error).__name__}: {error}"[:4000]
