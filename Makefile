@@ -26,7 +26,7 @@ help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
 	@echo "make check  - fast policy tests (tests/unit)"
 	@echo "make test   - the whole suite"
-	@echo "make lint   - ruff"
+	@echo "make lint   - ruff, shellcheck, yamllint, ansible-lint"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
 	@echo "make bench  - the benchmark suite on a Llama-3.2-1B-shaped model (one-batch, serving, HF generate, kernel;"
 	@echo "              flag off/on, cold/warm cache) into results/HOST/TIMESTAMP/, then sglang-rvv report (about 10 min)"
@@ -61,8 +61,12 @@ check: venv
 test: venv lint
 	$(PYTEST) tests
 
+# Python, the image scripts, and Ansible with the compose files (as tests/ansible/test_lint.py does).
 lint: venv
 	$(PY) -m ruff check app tests
+	$(VENV)/bin/shellcheck -x -P images/scripts images/scripts/*.sh images/base/customize.sh
+	$(VENV)/bin/yamllint --strict ansible compose .yamllint
+	cd ansible && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --profile production -q
 
 $(TINY_MODEL)/config.json: | venv
 	$(PY) -m sglang_rvv.checkpoint $(TINY_MODEL) --arch llama --seed 0 > /dev/null
