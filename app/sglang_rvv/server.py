@@ -160,17 +160,23 @@ class SGLangServer:
         else:
             self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
+        self._began = 0.0
         self.startup_seconds: float | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> SGLangServer:
         """Start the server and wait until ``GET /health`` answers 200."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> SGLangServer:
+        """Start the server without waiting (several can then start side by side); from the
+        thread that will outlive it: the server dies with the thread that started it."""
         if self.process is not None:
             raise ServerError("server already started")
         if not _port_is_free(self.port):  # else /health could answer from whoever holds it
             raise ServerError(f"port {self.port} on {HOST} is in use")
-        began = time.monotonic()
+        self._began = time.monotonic()
         if self.log_path is None:
             self.process = subprocess.Popen(
                 self.command, env=self.env, stdin=subprocess.DEVNULL,
@@ -183,12 +189,16 @@ class SGLangServer:
                     self.command, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent_hook(),
                 )
+        return self
+
+    def wait_ready(self) -> SGLangServer:
+        """Wait until a launched server answers ``GET /health`` (stopped, and an error, if it does not)."""
         try:
-            self._wait_healthy(began + self.startup_timeout)
+            self._wait_healthy(self._began + self.startup_timeout)
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - began
+        self.startup_seconds = time.monotonic() - self._began
         return self
 
     def _wait_healthy(self, deadline: float) -> None:

@@ -190,8 +190,10 @@ def run_fleet(model: Path, run_dir: Path, prov: dict, requests: int, seed: int, 
                 [s.base_url for s in servers], log_path=log_path(run_dir, f"fleet-{name}-gateway"))
             try:
                 with progress.step(f"fleet {name}: start (CPUs {split})"):
+                    for server in servers:  # side by side, each on its own CPUs
+                        server.launch()
                     for server in servers:
-                        server.start()
+                        server.wait_ready()
                     if gateway:
                         gateway.start()
                 url = (gateway or servers[0]).base_url
