@@ -83,7 +83,7 @@ PY
 }
 
 # start_appliances ARCH PORT REPLICAS: compose up the appliance (1) or the fleet's replicas,
-# then wait for every one; prints the URLs of the replicas.
+# then wait for every one; prints the URLs of a fleet's replicas.
 start_appliances() {
   local arch="$1" port="$2" replicas="$3" timeout i ids=() shares=()
   timeout="${SGLANG_RVV_UP_TIMEOUT:-600}"
@@ -111,7 +111,7 @@ start_appliances() {
     [[ -n ${i} ]] || die "podman-compose started no appliance container"
     wait_healthy "${i}" "${timeout}"
   done
-  for ((i = 1; i <= replicas; i++)); do echo "http://127.0.0.1:$((port + i))"; done
+  ((replicas == 1)) || for ((i = 1; i <= replicas; i++)); do echo "http://127.0.0.1:$((port + i))"; done
 }
 
 up() {
