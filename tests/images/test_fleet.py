@@ -4,7 +4,8 @@ gateway (smg, SGLang's router) in front of them on one port; the faults a fleet 
 Everything is real: the images, podman-compose, the gateway and SGLang. Traffic goes only to
 127.0.0.1, every client call has a timeout (CALL_TIMEOUT_S), and every test is bounded in
 requests and time. The tests run in file order: the soak first, on a fleet nobody has
-disturbed, then a replica is killed, then a scheduler process.
+disturbed, then a replica is killed and comes back, then the other replica's scheduler process
+dies, and the replica that came back must serve everything meanwhile.
 """
 
 from __future__ import annotations
@@ -181,16 +182,21 @@ def test_a_soak_at_concurrency_8_keeps_memory_flat_and_every_request_counted(fle
 
 
 def test_a_killed_replica_fails_no_waiting_request_and_rejoins(fleet):
-    victim, victim_url = _replica(1), f"http://127.0.0.1:{fleet['replicas'][0]}"
-    restarts = int(_inspect(victim, "{{.RestartCount}}"))
+    containers = {i: _replica(i) for i in range(1, REPLICAS + 1)}
+    restarts = {i: int(_inspect(c, "{{.RestartCount}}")) for i, c in containers.items()}
 
-    def kill_when_busy() -> tuple[float, float]:
-        # Only once the victim is decoding some of the first four requests: a kill then has
-        # requests in flight on it, and the last four are still waiting in the client.
-        _wait("replica 1 decodes a request", lambda: _running(fleet["replicas"][0]) > 0, timeout=30, interval=0.1)
-        in_flight = _running(fleet["replicas"][0])
-        os.kill(int(_inspect(victim, "{{.State.Pid}}")), signal.SIGKILL)  # a crash, not a stop
-        return time.monotonic(), in_flight
+    def busy() -> int | None:
+        return next((i for i, port in enumerate(fleet["replicas"], 1) if _running(port) > 0), None)
+
+    def kill_when_busy() -> tuple[float, int, float]:
+        # The victim is a replica decoding some of the first four requests (cache-aware routing
+        # decides which): the kill then has requests in flight on it, and the last four are still
+        # waiting in the client.
+        _wait("a replica decodes a request", lambda: busy() is not None, timeout=30, interval=0.1)
+        index = busy() or 1
+        in_flight = _running(fleet["replicas"][index - 1])
+        os.kill(int(_inspect(containers[index], "{{.State.Pid}}")), signal.SIGKILL)  # a crash, not a stop
+        return time.monotonic(), index, in_flight
 
     with ThreadPoolExecutor(4) as pool, ThreadPoolExecutor(1) as killer:
         killed = killer.submit(kill_when_busy)
@@ -198,10 +204,12 @@ def test_a_killed_replica_fails_no_waiting_request_and_rejoins(fleet):
         futures = [pool.submit(_complete, fleet["port"], f"{WORDS[n]} is what request {n} asks a fleet about:", 128)
                    for n in range(8)]
         outcomes = [f.result(timeout=CALL_TIMEOUT_S + 30) for f in futures]
-        killed_at, in_flight = killed.result()
+        killed_at, index, in_flight = killed.result()
+    victim, port = containers[index], fleet["replicas"][index - 1]
+    victim_url = f"http://127.0.0.1:{port}"
     waiting = [o for o in outcomes if o["began"] > killed_at]
-    print(f"killed replica 1 at {killed_at - began:.1f} s with {in_flight:.0f} requests in flight on it: " + ", ".join(
-        f"{o['status']} from {o['began'] - began:.1f} s for {o['seconds']:.1f} s" for o in outcomes))
+    print(f"killed replica {index} at {killed_at - began:.1f} s with {in_flight:.0f} requests in flight on it: "
+          + ", ".join(f"{o['status']} from {o['began'] - began:.1f} s for {o['seconds']:.1f} s" for o in outcomes))
     assert all(o["status"] == 200 or 400 <= o["status"] < 600 for o in outcomes), \
         [o for o in outcomes if o["status"] == 0]  # answered or a clean HTTP error: no reset, no hang
     assert all(o["seconds"] < CALL_TIMEOUT_S for o in outcomes)
@@ -210,30 +218,36 @@ def test_a_killed_replica_fails_no_waiting_request_and_rejoins(fleet):
                             lambda: not _workers(fleet["port"]).get(victim_url, True), timeout=60)
     back_after = _wait("the killed replica is restarted and healthy at the gateway",
                        lambda: _workers(fleet["port"]).get(victim_url) is True, timeout=RECOVERY_S, interval=3)
-    assert int(_inspect(victim, "{{.RestartCount}}")) == restarts + 1  # compose's restart policy brought it back
-    before = _served(fleet["replicas"][0])
-    outcomes = [_complete(fleet["port"], f"After the restart, question {n}:", 4) for n in range(12)]
-    assert all(o["status"] == 200 for o in outcomes), outcomes
-    print(f"gateway saw replica 1 unhealthy {unhealthy_after:.0f} s after the check began, "
-          f"healthy again {back_after:.0f} s later; {_served(fleet['replicas'][0]) - before:.0f} of 12 routed to it")
-    assert _served(fleet["replicas"][0]) > before, "the gateway does not route to the restarted replica"
+    assert int(_inspect(victim, "{{.RestartCount}}")) == restarts[index] + 1  # compose's restart policy
+    print(f"gateway saw replica {index} unhealthy {unhealthy_after:.0f} s after the check began, "
+          f"healthy again {back_after:.0f} s later")
+    # That the gateway routes to it again is proven next: the other replica loses its scheduler,
+    # and the rejoined one must serve everything meanwhile.
+    fleet["rejoined"] = index
 
 
-def test_a_dead_scheduler_restarts_its_appliance_and_the_fleet_keeps_answering(fleet):
-    victim = _replica(2)
+def test_a_dead_scheduler_restarts_its_appliance_while_the_rejoined_replica_serves(fleet):
+    rejoined = fleet.get("rejoined", 1)  # the replica the previous test killed and saw come back
+    index = next(i for i in range(1, REPLICAS + 1) if i != rejoined)
+    victim = _replica(index)
     restarts = int(_inspect(victim, "{{.RestartCount}}"))
     top = subprocess.run(["podman", "top", victim, "hpid", "args"], capture_output=True, text=True, check=True).stdout
     scheduler = [line.split()[0] for line in top.splitlines() if "sglang::scheduler" in line]
     assert len(scheduler) == 1, top
+    served_before = _served(fleet["replicas"][rejoined - 1])
     began = time.monotonic()
     os.kill(int(scheduler[0]), signal.SIGKILL)
-    outcomes = [_complete(fleet["port"], f"While replica 2 is down, question {n}:", 4) for n in range(6)]
-    _wait("replica 2's healthcheck fails", lambda: subprocess.run(
+    outcomes = [_complete(fleet["port"], f"While replica {index} is down, question {n}:", 4) for n in range(6)]
+    served = _served(fleet["replicas"][rejoined - 1]) - served_before
+    _wait(f"replica {index}'s healthcheck fails", lambda: subprocess.run(
         ["podman", "healthcheck", "run", victim], capture_output=True).returncode != 0
         or int(_inspect(victim, "{{.RestartCount}}")) > restarts, timeout=60)
-    healthy = _wait("replica 2 is restarted and healthy", lambda: int(_inspect(victim, "{{.RestartCount}}")) > restarts
-                    and subprocess.run(["podman", "healthcheck", "run", victim], capture_output=True).returncode == 0,
+    healthy = _wait(f"replica {index} is restarted and healthy", lambda: int(_inspect(victim, "{{.RestartCount}}"))
+                    > restarts and subprocess.run(["podman", "healthcheck", "run", victim],
+                                                  capture_output=True).returncode == 0,
                     timeout=RECOVERY_S, interval=3)
-    print(f"scheduler killed: replica 2 healthy again after {time.monotonic() - began:.0f} s "
-          f"({healthy:.0f} s of waiting); requests meanwhile: {[o['status'] for o in outcomes]}")
+    print(f"scheduler of replica {index} killed: healthy again after {time.monotonic() - began:.0f} s "
+          f"({healthy:.0f} s of waiting); requests meanwhile: {[o['status'] for o in outcomes]}, "
+          f"{served:.0f} of them served by replica {rejoined}")
     assert all(o["status"] == 200 for o in outcomes), outcomes
+    assert served == len(outcomes), f"replica {rejoined} served {served} of the {len(outcomes)} requests"
