@@ -24,8 +24,8 @@ from pathlib import Path
 from ..server import HOST, SGLangServer, free_port
 
 CONCURRENCY = (1, 2, 4, 8)
-# smg's own health checks would take a dead worker out after three minutes; a benchmark only
-# needs it to register the two at start.
+# The gateway's default policy (compose/gateway.yaml, the Ansible role), so the step measures
+# what a fleet runs.
 POLICY = "cache_aware"
 
 
