@@ -130,10 +130,12 @@ def serving_summary(run: Run) -> dict[tuple[str, int], dict]:
 
 
 def fleet_summary(run: Run) -> dict[tuple[str, int], dict]:
-    """(layout, concurrency) -> request statistics through the layout's one URL, with its replicas'
-    CPU lists."""
-    return {(r["layout"], r["concurrency"]): {**_request_stats(r["requests"], r["wall_s"]), "cpus": r["cpus"]}
-            for r in run.of("fleet").values()}
+    """(layout, concurrency) -> request statistics through the layout's one URL, whether a gateway
+    fronts it, and its replicas: their CPU lists on one host, their URLs in a fleet of boards."""
+    return {(r["layout"], r["concurrency"]): {
+        **_request_stats(r["requests"], r["wall_s"]), "gateway": r["gateway"],
+        "replicas": r.get("workers") or [",".join(map(str, cpus)) for cpus in r["cpus"]]}
+        for r in run.of("fleet").values()}
 
 
 def start_summary(run: Run) -> dict[str, dict[str, dict]]:
@@ -555,18 +557,18 @@ def _fleet_md(run: Run) -> str:
     if not summary:
         reason = run.meta.get("left_out", {}).get("fleet")
         return f"_left out: {reason}_" if reason else "_no fleet results_"
-    single = {c: s["output_tok_s"] for (_, c), s in summary.items() if len(s["cpus"]) == 1}
+    single = {c: s["output_tok_s"] for (_, c), s in summary.items() if not s["gateway"]}
     rows = []
     for (layout, concurrency), s in sorted(summary.items()):
         ttft = s["ttft_ms"] or {}
-        rows.append([layout, " / ".join(",".join(map(str, cpus)) for cpus in s["cpus"]), concurrency, s["requests"],
+        rows.append([layout, " / ".join(s["replicas"]), concurrency, s["requests"],
                      _fmt(s["output_tok_s"], 2), _fmt(_ratio(s["output_tok_s"], single.get(concurrency)), 2),
                      _fmt(ttft.get("median"), 0), _fmt(ttft.get("p99"), 0), _fmt(s["wall_s"])])
-    return ("Flag on; each layout serves through one URL: the server itself (1 replica), or SGLang's gateway "
-            "(smg, cache-aware) in front of 2 replicas. Each replica runs on the CPUs listed: where the host has "
-            "fewer cores than a fleet has boards, the replicas share them, and the numbers show the mechanism, "
-            "not a speed-up.\n\n"
-            + _table(["layout", "CPUs per replica", "concurrency", "requests", "aggregate output tok/s",
+    return ("Each layout serves through one URL: one server alone, or SGLang's gateway (smg, cache-aware) in "
+            "front of several. A replica is a board (its URL), or, in the suite's fleet step, a server on the "
+            "CPUs listed, flag on: where the host has fewer cores than a fleet has boards, the replicas share "
+            "them, and the numbers show the mechanism, not a speed-up.\n\n"
+            + _table(["layout", "replicas (CPUs or URL)", "concurrency", "requests", "aggregate output tok/s",
                       "vs 1 replica", "TTFT median ms", "TTFT p99 ms", "wall s"], rows))
 
 
@@ -716,7 +718,7 @@ SECTIONS = (("Targets (issue 6 and the BPI-F3)", _targets_md), ("One-batch", _on
             ("Server start, cold vs warm cache", _start_md), ("RSS vs predicted packed bytes", _rss_md),
             ("Measured route table", _route_table_md), ("Bucket hits", _calls_md),
             ("Kernel (Linear microbenchmark)", _kernel_md),
-            ("Fleet: 1 replica vs 2 behind the gateway", _fleet_md))
+            ("Fleet: 1 replica vs several behind the gateway", _fleet_md))
 
 
 def render_run(run: Run, plots: list[Path] = (), base: Path | None = None) -> str:
@@ -730,7 +732,7 @@ def render_run(run: Run, plots: list[Path] = (), base: Path | None = None) -> st
 
 COMPARISON_TITLES = {"one_batch": "One-batch", "serving": "Serving", "hf_generate": "Hugging Face generate",
                      "start": "Server start", "rss": "RSS", "linear_calls": "Bucket hits", "kernel": "Kernel",
-                     "route_table": "Measured route table", "fleet": "Fleet (1 replica vs 2 behind the gateway)"}
+                     "route_table": "Measured route table", "fleet": "Fleet (1 replica vs several behind the gateway)"}
 
 
 def render_comparison(runs: list[Run], plots: list[Path] = (), base: Path | None = None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -15,6 +16,8 @@ import pytest
 import yaml
 from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap
 from image_support import free_port, user_checkpoint
+
+from sglang_rvv.bench.results import load_run
 
 TARGET = "deploy-target"
 MODEL_NAME = "Board-Model"
@@ -133,6 +136,31 @@ def test_host_checks_pass_for_the_gateway(gateway):
     result = host_checks(fleet, group="gateway")
     assert result.returncode == 0, result.stdout[-4000:]
     assert "3 passed" in result.stdout
+
+
+def test_reproduce_measures_one_board_then_the_gateway(gateway, tmp_path):
+    """reproduce.yml's fleet play (--limit gateway: the boards' own suite is the emulated board's
+    test) measures, from the gateway host, the board alone and then through the gateway, and
+    fetches the run to the controller with its report."""
+    fleet, _, runs, port = gateway
+    _ok(runs, "gateway")
+    result = playbook(fleet, "reproduce.yml", "--limit", "gateway", "-e", f"sglang_rvv_reproduce_results={tmp_path}",
+                      "-e", f"sglang_rvv_reproduce_work_dir={tmp_path / 'work'}",
+                      "-e", "sglang_rvv_reproduce_fleet_requests=1")
+    assert result.returncode == 0, result.stdout[-4000:]
+    (run_dir,) = (tmp_path / "gateway-host").iterdir()
+    run = load_run(run_dir)
+    board = f"http://127.0.0.1:{port}"
+    assert run.meta["complete"] and run.meta["settings"]["workers"] == [board]
+    assert run.meta["provenance"]["model"]["served_model_name"] == MODEL_NAME
+    assert set(run.of("fleet")) == {f"{layout}-c{c}" for layout in ("1-board", "1-board-gateway") for c in (1, 2, 4, 8)}
+    for name, record in run.of("fleet").items():
+        assert (record["workers"], record["gateway"]) == ([board], name.startswith("1-board-gateway")), name
+        assert len(record["requests"]) == record["concurrency"], name  # 1 requested, at least the concurrency
+        # 8 tokens each, and no prompt met in the prefix cache (each layout has its own prompts)
+        assert all(r["output_tokens"] == 8 and r["cached_tokens"] == 0 for r in record["requests"]), name
+    assert re.search(r"^\| 1-board-gateway \| http://127\.0\.0\.1:\d+ \| 8 \| 8 \| [\d.]+ \| [\d.]+ \|",
+                     (run_dir / "report.md").read_text(), re.M)
 
 
 def test_deploy_refuses_a_missing_image_naming_the_fix(deploy, tmp_path):

@@ -6,6 +6,7 @@ import json
 
 from sglang_rvv import report
 from sglang_rvv.bench import hf_generate, results, suite
+from sglang_rvv.bench.progress import Progress
 from sglang_rvv.checkpoint import write_tiny_checkpoint
 
 
@@ -16,7 +17,7 @@ def test_generate_step_off_and_on_on_the_tiny_llama(tmp_path):
     results.write_meta(run_dir, {"provenance": {}})
 
     # The suite's own step: its process, the result file and the policy report it points to.
-    suite.run_hf_generate(model_dir, run_dir, {}, repetitions=1, seed=0, progress=suite.Progress())
+    suite.run_hf_generate(model_dir, run_dir, {}, repetitions=1, seed=0, progress=Progress())
 
     run = results.load_run(run_dir)
     record = run.of("hf_generate")["generate"]

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .one_batch import OUTPUT_LEN
+from .client import OUTPUT_LEN
 from .results import write_json
 
 MODES = ("off", "on")

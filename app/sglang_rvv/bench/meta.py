@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..entrypoint import IMAGE_LOCK, usable_cpus
 from ..inductor_cache import app_version, cpu_model
+from .client import get_json
 
 REPO = Path(__file__).resolve().parents[3]
 # The pins a result depends on: the Python stack and the images (the image's own copy when run inside one).
@@ -76,21 +77,34 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def provenance(model_dir: Path, shape: str | None) -> dict:
-    """Everything a result is recorded with (the cache state is per measurement, not here)."""
+def _here() -> dict:
+    """This host's part of a provenance: where the measuring process runs, from what."""
     return {
         "host": platform.node(),
         "source": source(),
         "image_id": os.environ.get(IMAGE_ID_ENV) or None,
         "lock_sha256": lock_hashes(),
-        "model": model_info(model_dir, shape),
         "cpu_model": cpu_model(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "usable_cpus": usable_cpus(),
         "omp_num_threads": int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS") else None,
         "python": platform.python_version(),
-        "torch": _package_version("torch"),
-        "sglang": _package_version("sglang"),
         "app_version": app_version(),
     }
+
+
+def provenance(model_dir: Path, shape: str | None) -> dict:
+    """Everything a result is recorded with (the cache state is per measurement, not here)."""
+    return {**_here(), "model": model_info(model_dir, shape), "torch": _package_version("torch"),
+            "sglang": _package_version("sglang")}
+
+
+def fleet_provenance(workers: list[str]) -> dict:
+    """A fleet run's: this client host's facts, and what the first worker says it serves and runs
+    (``/model_info``, ``/server_info``); the servers' machines are the workers', not this one."""
+    info = get_json(workers[0] + "/model_info")
+    server = get_json(workers[0] + "/server_info")
+    model = {"path": info.get("model_path"), "served_model_name": info.get("served_model_name"),
+             "name_or_path": info.get("model_path"), "revision": None, "generated_shape": None}
+    return {**_here(), "model": model, "torch": None, "sglang": server.get("version"), "workers": workers}

@@ -19,9 +19,9 @@ from pathlib import Path
 from ..checkpoint import write_tiny_checkpoint
 from ..server import CPU_ENV, cpu_server_args
 from ..tiny import REAL_SHAPES
+from .client import INPUT_LEN, OUTPUT_LEN
 
 MODES = {"off": [], "on": ["--enable-cpu-rvv-inductor"]}
-INPUT_LEN, OUTPUT_LEN = 64, 8  # the issue-6 request shape, shared with the serving benchmark
 METRICS = (("prefill_throughput", "prefill tok/s"), ("median_decode_throughput", "decode tok/s"),
            ("overall_throughput", "total tok/s"))
 

@@ -29,6 +29,9 @@ import argparse
 import json
 import os
 import platform
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,9 +47,8 @@ class RunDirError(Exception):
     """A directory that is not a readable run of this schema; the message names the fix."""
 
 
-def default_run_dir(root: Path = Path("results"), now: datetime | None = None) -> Path:
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return root / platform.node() / stamp
+def default_run_dir(root: Path = Path("results")) -> Path:
+    return root / platform.node() / utc_stamp()
 
 
 def write_json(path: Path, payload) -> Path:
@@ -60,6 +62,30 @@ def write_json(path: Path, payload) -> Path:
 
 def write_meta(run_dir: Path, meta: dict) -> Path:
     return write_json(run_dir / META, {"schema": SCHEMA, **meta})
+
+
+def utc_stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+@contextmanager
+def recording(run_dir: Path, meta: dict, progress) -> Iterator[dict]:
+    """meta.json written before the steps (``complete`` false) and again after them, with
+    ``complete`` or the error, the duration, and the steps ``progress`` timed meanwhile; so a
+    run that died says so instead of looking short."""
+    meta.update(started_utc=utc_stamp(), complete=False)
+    write_meta(run_dir, meta)
+    began, first_step = time.monotonic(), len(progress.steps)
+    try:
+        yield meta
+        meta["complete"] = True
+    except BaseException as error:
+        meta["error"] = f"{type(error).__name__}: {error}"[:4000]
+        raise
+    finally:
+        meta.update(finished_utc=utc_stamp(), seconds=round(time.monotonic() - began, 1),
+                    steps=progress.steps[first_step:])
+        write_meta(run_dir, meta)
 
 
 def write_result(run_dir: Path, kind: str, name: str, provenance: dict, cache_state: str | None,

@@ -37,17 +37,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 from ..entrypoint import usable_cpus
 from ..inductor_cache import STATE_ENV
 from ..server import SGLangServer
 from ..tiny import REAL_SHAPES
-from . import fleet, hf_generate, one_batch, results, serving
+from . import client, fleet, hf_generate, one_batch, results, serving
 from .meta import provenance
+from .progress import Progress
 from .results import COLD, WARM, log_path, m1_gbs, policy_report_path, thread_counts, write_result
 
 STEPS = ("one-batch", "serving", "kernel", "hf-generate", "fleet")
@@ -86,26 +84,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else the suite's OMP_NUM_THREADS)")
 
 
-class Progress:
-    """Step lines on stderr with the time since the suite started; keeps each step's duration for meta.json."""
-
-    def __init__(self):
-        self.began = time.monotonic()
-        self.steps: list[dict] = []
-
-    def say(self, message: str) -> None:
-        print(f"[{time.monotonic() - self.began:7.1f} s] {message}", file=sys.stderr, flush=True)
-
-    @contextmanager
-    def step(self, name: str):
-        self.say(f"{name} ...")
-        began = time.monotonic()
-        yield
-        seconds = time.monotonic() - began
-        self.steps.append({"step": name, "seconds": round(seconds, 3)})
-        self.say(f"{name}: {seconds:.1f} s")
-
-
 def _relative(path: Path, run_dir: Path) -> str | None:
     return str(path.relative_to(run_dir)) if path.is_file() else None
 
@@ -129,7 +107,7 @@ def run_one_batch(model: Path, run_dir: Path, prov: dict, runs: int, progress: P
                              f"peak RSS {result['peak_rss_mib']:.0f} MiB "
                              f"({result['after_load_peak_mib']:.0f} MiB after load)")
                 write_result(run_dir, "one_batch", name, prov, state, mode=mode, run=index, batch_size=1,
-                             input_len=one_batch.INPUT_LEN, output_len=one_batch.OUTPUT_LEN, result=result,
+                             input_len=client.INPUT_LEN, output_len=client.OUTPUT_LEN, result=result,
                              policy_report=_relative(report, run_dir))
 
 
@@ -157,9 +135,9 @@ def run_serving(model: Path, run_dir: Path, prov: dict, requests: int, seed: int
                         for level, concurrency in enumerate(CONCURRENCY):
                             chunk = prompts[1 + level * per_level:1 + (level + 1) * per_level]
                             with progress.step(f"serving {name}: concurrency {concurrency}, {requests} requests"):
-                                serving.generate(server.base_url, chunk[0])
+                                client.generate(server.base_url, chunk[0])
                                 before = serving.linear_calls(server)
-                                timed, wall = serving.run_level(server.base_url, chunk[1:], concurrency)
+                                timed, wall = client.run_level(server.base_url, chunk[1:], concurrency)
                                 calls = serving.delta(before, serving.linear_calls(server))
                             write_result(run_dir, "serving", f"{mode}-c{concurrency}", prov, state, mode=mode,
                                          concurrency=concurrency, wall_s=wall, requests=timed,
@@ -177,8 +155,6 @@ def run_fleet(model: Path, run_dir: Path, prov: dict, requests: int, seed: int, 
         reason = "smg (SGLang's gateway) is not installed here: it comes with the development venv, on the controller"
         progress.say(f"fleet: left out: {reason}")
         return reason
-    counts = [max(requests, concurrency) for concurrency in fleet.CONCURRENCY]
-    prompts = serving.prompt_ids(model, sum(counts) + len(counts), seed + 1)
     with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-inductor-fleet-") as cache:
         for name, shares in fleet.layouts(sorted(os.sched_getaffinity(0))).items():
             split = " | ".join(",".join(map(str, share)) for share in shares)
@@ -196,16 +172,10 @@ def run_fleet(model: Path, run_dir: Path, prov: dict, requests: int, seed: int, 
                         server.wait_ready()
                     if gateway:
                         gateway.start()
-                url = (gateway or servers[0]).base_url
-                offset = 0
-                for concurrency, count in zip(fleet.CONCURRENCY, counts, strict=True):
-                    chunk, offset = prompts[offset:offset + 1 + count], offset + 1 + count
-                    with progress.step(f"fleet {name}: concurrency {concurrency}, {count} requests"):
-                        serving.generate(url, chunk[0])
-                        timed, wall = serving.run_level(url, chunk[1:], concurrency)
-                    write_result(run_dir, "fleet", f"{name}-c{concurrency}", prov, None, layout=name,
-                                 replicas=len(servers), cpus=shares, gateway=bool(gateway), concurrency=concurrency,
-                                 wall_s=wall, requests=timed)
+                # The same seed and tokenizer give every layout the same prompts.
+                prompts = client.server_prompt_ids(servers[0].base_url, fleet.prompt_count(requests), seed + 1)
+                fleet.measure(run_dir, prov, name, (gateway or servers[0]).base_url, prompts, requests, progress,
+                              replicas=len(servers), cpus=shares, gateway=bool(gateway))
             finally:
                 if gateway:
                     gateway.stop()
@@ -264,10 +234,6 @@ def run_hf_generate(model: Path, run_dir: Path, prov: dict, repetitions: int, se
                  policy_report=_relative(report, run_dir), **result)
 
 
-def _utc() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
 def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Namespace, progress: Progress) -> None:
     runs = args.runs or (QUICK if args.quick else FULL)["runs"]
     requests = args.requests or (QUICK if args.quick else FULL)["requests"]
@@ -275,17 +241,15 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
     threads = kernel_threads(args.kernel_threads)
     prov = provenance(model, shape)
     meta = {
-        "suite": results.SUITE_COMMAND, "host": prov["host"], "started_utc": _utc(), "complete": False,
+        "suite": results.SUITE_COMMAND, "host": prov["host"],
         "settings": {"shape": shape, "quick": args.quick, "runs": runs, "requests": requests, "seed": args.seed,
-                     "concurrency": list(CONCURRENCY), "input_len": one_batch.INPUT_LEN,
-                     "output_len": one_batch.OUTPUT_LEN, "hf_repetitions": repetitions, "skip": args.skip,
+                     "concurrency": list(CONCURRENCY), "input_len": client.INPUT_LEN,
+                     "output_len": client.OUTPUT_LEN, "hf_repetitions": repetitions, "skip": args.skip,
                      "kernel_threads": threads},
         "provenance": prov,
     }
-    results.write_meta(run_dir, meta)
-    progress.say(f"run directory {run_dir} (model {model})")
-    began, first_step = time.monotonic(), len(progress.steps)
-    try:
+    with results.recording(run_dir, meta, progress):
+        progress.say(f"run directory {run_dir} (model {model})")
         if "one-batch" not in args.skip:
             run_one_batch(model, run_dir, prov, runs, progress)
         if "serving" not in args.skip:
@@ -298,14 +262,6 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
             left_out = run_fleet(model, run_dir, prov, requests, args.seed, progress)
             if left_out:
                 meta["left_out"] = {"fleet": left_out}
-        meta["complete"] = True
-    except BaseException as error:
-        meta["error"] = f"{type(error).__name__}: {error}"[:4000]
-        raise
-    finally:
-        meta.update(finished_utc=_utc(), seconds=round(time.monotonic() - began, 1),
-                    steps=progress.steps[first_step:])
-        results.write_meta(run_dir, meta)
 
 
 def run(args: argparse.Namespace) -> int:
