@@ -496,6 +496,15 @@ def _header(run: Run) -> str:
         f"torch_native; {settings.get('runs')} artifact-warm one-batch runs per mode, "
         f"{settings.get('requests')} measured requests per concurrency level {settings.get('concurrency')}",
     ]
+    if p.get("workers"):  # a fleet run (python -m sglang_rvv.bench.fleet): the servers are the boards
+        lines[3:] = [
+            f"- fleet: the gateway {settings.get('gateway')} in front of {', '.join(p['workers'])}, which run "
+            f"sglang {p.get('sglang')}; the measuring client ran on the gateway host: {p.get('cpu_model')} "
+            f"({p.get('machine')}), python {p.get('python')}",
+            f"- settings: input {settings.get('input_len')}, output {settings.get('output_len')} tokens, "
+            f"{settings.get('requests')} measured requests per concurrency level {settings.get('concurrency')} "
+            f"(at least the level's concurrency), prompts seed {settings.get('seed')}",
+        ]
     return "\n".join(lines)
 
 

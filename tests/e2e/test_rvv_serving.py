@@ -21,9 +21,8 @@ import pytest
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.checkpoint import write_tiny_checkpoint
 from sglang_rvv.server import HOST, ServerError, SGLangServer
-from support import assert_same_greedy, generate_greedy
+from support import PROMPTS, assert_same_greedy, generate_greedy, same_greedy
 
-PROMPTS = ["Hello, how are you", "The board has eight cores", "Once upon a time there", "Tokens per second"]
 FLAG = ["--enable-cpu-rvv-inductor"]
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 # A generation long enough to still be decoding when the next request of a test arrives: the tiny
@@ -187,14 +186,6 @@ def test_weight_update_refused_while_paused_with_a_generation_in_flight(llama, t
     assert_same_greedy(generate_greedy(on, PROMPTS[2]), before)
 
 
-def _same_greedy(got: list, want: list) -> bool:
-    try:
-        assert_same_greedy(got, want)
-    except AssertionError:
-        return False
-    return True
-
-
 def test_weight_update_under_traffic_never_serves_the_old_packed_weights(llama, tmp_path):
     # Three clients stream greedy requests while /update_weights_from_disk swaps the flag-on
     # server's weights. A request that began after the update returned must match the flag-off
@@ -231,7 +222,7 @@ def test_weight_update_under_traffic_never_serves_the_old_packed_weights(llama, 
     assert reply["success"], reply
     assert off.post("/update_weights_from_disk", {"model_path": str(new)}, timeout=300)["success"]
     new_ref = {p: generate_greedy(off, p) for p in PROMPTS}
-    assert not all(_same_greedy(new_ref[p], old_ref[p]) for p in PROMPTS)  # the update shows
+    assert not all(same_greedy(new_ref[p], old_ref[p]) for p in PROMPTS)  # the update shows
     before = [r for r in results if r[2] < sent]
     after = [r for r in results if r[1] > done]
     during = [r for r in results if r not in before and r not in after]
@@ -239,13 +230,13 @@ def test_weight_update_under_traffic_never_serves_the_old_packed_weights(llama, 
         assert_same_greedy(steps, old_ref[prompt])
     for prompt, _, _, steps in after:
         assert_same_greedy(steps, new_ref[prompt])
-    finished_old = sum(_same_greedy(steps, old_ref[prompt]) for prompt, _, _, steps in during)
-    finished_new = sum(_same_greedy(steps, new_ref[prompt]) for prompt, _, _, steps in during)
+    finished_old = sum(same_greedy(steps, old_ref[prompt]) for prompt, _, _, steps in during)
+    finished_new = sum(same_greedy(steps, new_ref[prompt]) for prompt, _, _, steps in during)
     print(f"weight update under traffic: {len(before)} requests before, {len(during)} during "
           f"({finished_old} on the old weights, {finished_new} on the new), {len(after)} after; "
           f"the update took {done - sent:.1f} s")
     assert before and after
-    assert all(_same_greedy(steps, old_ref[prompt]) or _same_greedy(steps, new_ref[prompt])
+    assert all(same_greedy(steps, old_ref[prompt]) or same_greedy(steps, new_ref[prompt])
                for prompt, _, _, steps in during)
 
 

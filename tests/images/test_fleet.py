@@ -10,11 +10,14 @@ dies, and the replica that came back must serve everything meanwhile.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +26,10 @@ from pathlib import Path
 
 import pytest
 from image_support import REPO, free_port, run, scrape
+
+from sglang_rvv.checkpoint import write_tiny_checkpoint
+from sglang_rvv.server import SGLangServer
+from support import PROMPTS, assert_same_greedy, generate_greedy, same_greedy
 
 REPLICAS = 2
 # A client call returns within this, answered or failed: the bound every fault test states.
@@ -179,6 +186,92 @@ def test_a_soak_at_concurrency_8_keeps_memory_flat_and_every_request_counted(fle
     routed = sum(v - gateway_before.get(k, 0) for k, v in gateway.items() if k.startswith("smg_http_requests_total")
                  and 'path="/v1/completions"' in k)
     print(f"soak: the gateway counts {routed:.0f} completions")
+
+
+class _Endpoint:
+    """A URL with the one method tests/support.py's generate_greedy needs."""
+
+    def __init__(self, port: int):
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    def post(self, path: str, body: dict, timeout: float = CALL_TIMEOUT_S) -> dict:
+        request = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return json.load(reply)
+
+
+def test_a_rolling_weight_update_under_traffic_serves_whole_old_or_new_weights(fleet, tmp_path):
+    """Each replica in turn gets new weights (/update_weights_from_disk) while three clients
+    stream greedy requests through the gateway. Every request succeeds; one that ended before the
+    first update matches the flag-off server on the old weights, one that began after the second
+    matches it on the new weights, and one in between matches one of the two whole (the other
+    replica still serves the old weights meanwhile). The image's model is the lock's tiny-llama,
+    seed 0, so the old weights are regenerated here bit for bit."""
+    old, new = tmp_path / "tiny-llama", tmp_path / "weights-new"
+    write_tiny_checkpoint(old, "llama", seed=0)
+    write_tiny_checkpoint(new, "llama", seed=5)
+    with SGLangServer(old, log_path=tmp_path / "flag-off.log") as off:  # the reference: flag off
+        old_ref = {p: generate_greedy(off, p) for p in PROMPTS}
+        assert off.post("/update_weights_from_disk", {"model_path": str(new)}, timeout=300)["success"]
+        new_ref = {p: generate_greedy(off, p) for p in PROMPTS}
+    assert not all(same_greedy(new_ref[p], old_ref[p]) for p in PROMPTS)  # the update shows
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        tar.add(new, arcname=new.name)
+    for i in range(1, REPLICAS + 1):  # into each replica's /tmp (the image is read-only)
+        subprocess.run(["podman", "exec", "-i", _replica(i), "tar", "-x", "-C", "/tmp", "-f", "-"],
+                       input=archive.getvalue(), check=True, timeout=120)
+    gateway, replicas = _Endpoint(fleet["port"]), [_Endpoint(p) for p in fleet["replicas"]]
+    packed = [scrape(p)["sglang_rvv_packed_bytes"] for p in fleet["replicas"]]
+    stop, results, failures = threading.Event(), [], []
+
+    def client(index: int) -> None:
+        n = 0
+        while not stop.is_set():
+            prompt = PROMPTS[(index + n) % len(PROMPTS)]
+            began = time.monotonic()
+            try:
+                results.append((prompt, began, time.monotonic(), generate_greedy(gateway, prompt)))
+            except OSError as error:
+                failures.append(repr(error))
+            n += 1
+
+    updates = []
+    with ThreadPoolExecutor(3) as pool:
+        clients = [pool.submit(client, i) for i in range(3)]
+        time.sleep(3)
+        for replica in replicas:
+            sent = time.monotonic()
+            reply = replica.post("/update_weights_from_disk", {"model_path": f"/tmp/{new.name}"}, timeout=300)
+            updates.append((sent, time.monotonic(), reply))
+            time.sleep(3)
+            if len(updates) == 1:  # replica 1 alone serves the new weights now
+                first_new = {p: generate_greedy(replicas[0], p) for p in PROMPTS}
+        stop.set()
+        for future in clients:
+            future.result(timeout=300)
+    assert all(reply["success"] for _, _, reply in updates), updates
+    assert not failures, failures[:5]
+    for prompt in PROMPTS:
+        assert_same_greedy(first_new[prompt], new_ref[prompt])
+    first_sent, last_done = updates[0][0], updates[-1][1]
+    before = [r for r in results if r[2] < first_sent]
+    after = [r for r in results if r[1] > last_done]
+    during = [r for r in results if r not in before and r not in after]
+    on_old = sum(same_greedy(steps, old_ref[prompt]) for prompt, _, _, steps in during)
+    on_new = sum(same_greedy(steps, new_ref[prompt]) for prompt, _, _, steps in during)
+    print(f"rolling weight update through the gateway: {len(before)} requests before, {len(during)} during "
+          f"({on_old} on the old weights, {on_new} on the new), {len(after)} after; "
+          f"the updates took {[round(done - sent, 1) for sent, done, _ in updates]} s")
+    assert before and after
+    for prompt, _, _, steps in before:
+        assert_same_greedy(steps, old_ref[prompt])
+    for prompt, _, _, steps in after:
+        assert_same_greedy(steps, new_ref[prompt])
+    assert all(same_greedy(steps, old_ref[prompt]) or same_greedy(steps, new_ref[prompt])
+               for prompt, _, _, steps in during)  # each one whole: the old weights or the new
+    assert [scrape(p)["sglang_rvv_packed_bytes"] for p in fleet["replicas"]] == packed  # same shapes, repacked
 
 
 def test_a_killed_replica_fails_no_waiting_request_and_rejoins(fleet):

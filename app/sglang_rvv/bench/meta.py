@@ -106,5 +106,5 @@ def fleet_provenance(workers: list[str]) -> dict:
     info = get_json(workers[0] + "/model_info")
     server = get_json(workers[0] + "/server_info")
     model = {"path": info.get("model_path"), "served_model_name": info.get("served_model_name"),
-             "name_or_path": info.get("model_path"), "revision": None, "generated_shape": None}
+             "name_or_path": info.get("served_model_name"), "revision": None, "generated_shape": None}
     return {**_here(), "model": model, "torch": None, "sglang": server.get("version"), "workers": workers}
