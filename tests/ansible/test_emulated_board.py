@@ -5,6 +5,7 @@ emulated, and reported so), change nothing on a second run, and then pass the ho
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -98,15 +99,27 @@ def test_host_checks_pass_with_hardware_checks_reported_as_emulated(provisioned,
     assert "5 passed" in out and "sglang_rvv_infra_checks" in out
 
 
-def test_the_quadlet_unit_generates_a_service_with_the_compose_settings(provisioned, board_inventory):
-    """The service role's quadlet unit, through podman 5's own generator on the board image."""
+def test_the_quadlet_units_generate_services_with_the_compose_settings(provisioned, board_inventory):
+    """The service and gateway roles' quadlet units, through podman 5's own generator on the board image."""
     assert provisioned[0].returncode == 0, "provisioning failed"
     result = playbook(board_inventory, str(Path(__file__).parent / "playbooks" / "quadlet-dryrun.yml"))
     assert result.returncode == 0, result.stdout[-4000:]
     out = flat(result.stdout)
-    assert "ExecStart=/usr/bin/podman run --name sglang-rvv" in out
+    parts = re.split(r"---([\w.-]+\.service)---", out)  # -dryrun prints ---NAME.service--- before each
+    units = dict(zip(parts[1::2], parts[2::2], strict=True))
+    service, gateway = units["sglang-rvv.service"], units["sglang-rvv-gateway.service"]
+    assert "ExecStart=/usr/bin/podman run --name sglang-rvv " in service
     for option in ("--read-only", "--user 10001:10001", "--cap-drop all", "--security-opt=no-new-privileges",
                    "--publish 127.0.0.1:30000:30000", "--health-cmd /usr/local/lib/sglang-rvv/healthcheck.py",
                    "--env-file /etc/sglang-rvv/runtime.env", "--init", "--memory=8g"):
-        assert option in out, option
-    assert "Restart=on-failure" in out and "WantedBy=multi-user.target" in out
+        assert option in service, option
+    # compose/gateway.yaml's settings, with the boards' URLs and the role's defaults
+    assert "ExecStart=/usr/bin/podman run --name sglang-rvv-gateway " in gateway
+    for option in ("--read-only", "--user 10001:10001", "--cap-drop all", "--security-opt=no-new-privileges",
+                   "--network host", "--health-cmd /usr/local/lib/sglang-rvv/gateway.py health", "--init",
+                   "--memory=1g", "--env SGLANG_RVV_GATEWAY_HOST=127.0.0.1", "--env SGLANG_RVV_GATEWAY_PORT=30000",
+                   "--env SGLANG_RVV_GATEWAY_POLICY=cache_aware", "--env SGLANG_RVV_GATEWAY_METRICS_PORT=29000",
+                   "SGLANG_RVV_GATEWAY_WORKERS=http://10.0.0.21:30000 http://10.0.0.22:30000"):
+        assert option in gateway, option
+    for unit in (service, gateway):
+        assert "Restart=on-failure" in unit and "WantedBy=multi-user.target" in unit

@@ -1,16 +1,18 @@
-"""The gateway host (Ansible's gateway group): smg running and healthy, listening where
-configured, and every worker it was configured with listed healthy by the gateway itself."""
+"""The gateway host (Ansible's gateway group): smg running and healthy (its unit active, where
+a quadlet unit runs it), listening where configured, and every worker it was configured with
+listed healthy by the gateway itself."""
 
 from __future__ import annotations
 
 import json
 
-PROJECT = "sglang-rvv-gateway"
+UNIT = "/etc/containers/systemd/sglang-rvv-gateway.container"
 
 
 def _container(target) -> dict:
-    running = json.loads(target.run_ok(f"podman ps --format json --filter status=running "
-                                       f"--filter label=io.podman.compose.project={PROJECT}"))
+    # The gateway image's label, which its containers carry however they were started (compose or quadlet).
+    running = json.loads(target.run_ok("podman ps --format json --filter status=running "
+                                       "--filter label=io.sglang-rvv.image=gateway"))
     assert len(running) == 1, f"gateway containers running: {[c['Names'] for c in running]}"
     return running[0]
 
@@ -23,6 +25,8 @@ def _address(target) -> tuple[str, int]:
 def test_gateway_is_running_and_healthy(target):
     target.require("gateway")
     container = _container(target)
+    if target.host.exists("systemctl") and target.host.file(UNIT).exists:
+        assert target.host.service("sglang-rvv-gateway").is_running
     assert target.host.run(f"podman healthcheck run {container['Id']}").rc == 0
 
 
