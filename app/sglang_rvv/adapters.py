@@ -14,9 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .routing import ModuleRoute
-
-ROUTE_ATTR = "_sglang_rvv_route"
+from .routing import ROUTE_ATTR, ModuleRoute
 
 _HF_KINDS = {
     "q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from . import budget, layout, packed_state, routing
-from .adapters import ROUTE_ATTR, Adapter, resolve_adapter
+from .adapters import Adapter, resolve_adapter
 from .config import RvvPolicyConfig
 from .ops import PROVIDER_NAME, PROVIDER_REASON
 
@@ -67,12 +67,30 @@ class RvvPolicy:
     def __init__(self, model: torch.nn.Module, adapter: Adapter, config: RvvPolicyConfig):
         self._model = weakref.ref(model)
         self.adapter = adapter
-        self.config = config
-        self.counters = routing.Counters()
-        # Shape keys the warm-up's route table sends row-major. Shape-based, so
-        # re-plans and repacks keep it; only a new warm-up replaces it.
-        self.measured_row_major: set[routing.RegionalShapeKey] = set()
+        # All the routes know of this policy: they never call back into it.
+        self.context = routing.RouteContext(config, self.weights_changed)
         self.report = PolicyReport(adapter=adapter.name)
+
+    @property
+    def config(self) -> RvvPolicyConfig:
+        return self.context.config
+
+    @config.setter
+    def config(self, config: RvvPolicyConfig) -> None:
+        self.context.config = config
+
+    @property
+    def counters(self) -> routing.Counters:
+        return self.context.counters
+
+    @property
+    def measured_row_major(self) -> set[routing.RegionalShapeKey]:
+        """Shape keys the warm-up's route table sends row-major (see RouteContext)."""
+        return self.context.measured_row_major
+
+    @measured_row_major.setter
+    def measured_row_major(self, keys: set[routing.RegionalShapeKey]) -> None:
+        self.context.measured_row_major = keys
 
     def _entries(self):
         model = self._model()
@@ -87,8 +105,8 @@ class RvvPolicy:
     def routes(self) -> list[tuple[torch.nn.Module, routing.ModuleRoute]]:
         """Every projection this policy routes, in model order, with its route."""
         _, entries = self._entries()
-        routed = ((module, module.__dict__.get(ROUTE_ATTR)) for _, module, _ in entries)
-        return [(module, route) for module, route in routed if route is not None and route.policy is self]
+        routed = ((module, module.__dict__.get(routing.ROUTE_ATTR)) for _, module, _ in entries)
+        return [(module, route) for module, route in routed if route is not None and route.context is self.context]
 
     def _budget(self, held: int) -> tuple[int, str]:
         if self.config.memory_budget_mib is not None:
@@ -109,9 +127,9 @@ class RvvPolicy:
             if reason is not None:  # left exactly as the framework built it
                 plan.append((name, module, None, reason))
                 continue
-            route = module.__dict__.get(ROUTE_ATTR)
-            if route is None or route.policy is not self:
-                route = routing.ModuleRoute(self, kind)
+            route = module.__dict__.get(routing.ROUTE_ATTR)
+            if route is None or route.context is not self.context:
+                route = routing.ModuleRoute(self.context, kind)
                 self.adapter.attach(module, route)
             route.source = packed_state.PackedWeightSource.capture(module.weight)
             reason = routing.static_gate(kind, module.weight, getattr(module, "bias", None))
@@ -161,7 +179,7 @@ class RvvPolicy:
             log.warning("sglang_rvv: weights changed since the plan; re-planning and repacking")
             self.reconcile()
             return
-        route = module.__dict__[ROUTE_ATTR]
+        route = module.__dict__[routing.ROUTE_ATTR]
         if route.status == routing.PACKED:
             packed_state.release(module)
             route.status = routing.INVALID
@@ -174,7 +192,7 @@ class RvvPolicy:
         if self.config.eager_repack if repack is None else repack:
             return self.reconcile()
         for _, module, _ in entries:
-            route = module.__dict__.get(ROUTE_ATTR)
+            route = module.__dict__.get(routing.ROUTE_ATTR)
             if route is not None and route.status == routing.PACKED:
                 route.status = routing.INVALID
         return self.report

@@ -23,8 +23,10 @@ from . import packed_state
 from .ops import packed_bf16_linear
 
 if TYPE_CHECKING:
-    from .policy import RvvPolicy
+    from .config import RvvPolicyConfig
 
+# Where a routed module keeps its ModuleRoute (in its __dict__: not a submodule, not state).
+ROUTE_ATTR = "_sglang_rvv_route"
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 MIN_FEATURES = 1024
 MIN_WORK = 1_000_000  # M * N * K below this is not worth a kernel switch
@@ -157,21 +159,36 @@ INVALID = "invalid"          # its buffer went stale while eager_repack was off
 ROW_MAJOR_ONLY = "row_major"  # packing off, regional compile on
 
 
+class RouteContext:
+    """What every route of one policy shares, and all a route knows of it: the config, the
+    call counters, the shape keys the measured route table sends row-major, and whom to tell
+    that a weight changed (``on_stale(module, weight)``, which re-plans the route)."""
+
+    __slots__ = ("config", "counters", "measured_row_major", "on_stale")
+
+    def __init__(self, config: RvvPolicyConfig, on_stale: Callable[[torch.nn.Module, torch.Tensor], None]):
+        self.config = config
+        self.counters = Counters()
+        # Shape-based, so re-plans and repacks keep it; only a new warm-up replaces it.
+        self.measured_row_major: set[RegionalShapeKey] = set()
+        self.on_stale = on_stale
+
+
 class ModuleRoute:
     """Per-module routing state; the module owns it, and it owns nothing of the module.
 
     ``source`` records the weight the plan was made for. A call that sees a
-    different weight (replaced, moved, re-typed, bumped in place) asks the
-    policy to re-plan before anything else, so no decision outlives its weight.
-    The one exception is a memoised row-major call (:class:`RowMajorMemo`): it
-    reads only the live weight, and leaves an in-place bump to the next call
-    that would use the packed buffer.
+    different weight (replaced, moved, re-typed, bumped in place) has the
+    context re-plan it (``on_stale``) before anything else, so no decision
+    outlives its weight. The one exception is a memoised row-major call
+    (:class:`RowMajorMemo`): it reads only the live weight, and leaves an
+    in-place bump to the next call that would use the packed buffer.
     """
 
-    __slots__ = ("policy", "projection", "status", "source", "memo")
+    __slots__ = ("context", "projection", "status", "source", "memo")
 
-    def __init__(self, policy: RvvPolicy, projection: str):
-        self.policy = policy
+    def __init__(self, context: RouteContext, projection: str):
+        self.context = context
         self.projection = projection
         self.status = GATE  # until the policy's plan says otherwise
         self.source: packed_state.PackedWeightSource | None = None
@@ -182,16 +199,16 @@ class ModuleRoute:
         if memo is not None and not torch.is_grad_enabled() and memo.holds(self, weight):
             counter_key = memo.counter_keys.get((input.shape, input.dtype, input.device))
             if counter_key is not None:
-                self.policy.counters[counter_key] += 1
+                self.context.counters[counter_key] += 1
                 return F.linear(input, weight, bias)
         return self._route(module, input, weight, bias)
 
     def _route(self, module, input, weight, bias) -> torch.Tensor:
-        policy = self.policy
+        context = self.context
         if self.source is None or not self.source.matches(weight):
-            policy.weights_changed(module, weight)
+            context.on_stale(module, weight)
         status = self.status
-        config = policy.config
+        config = context.config
         in_features = input.shape[-1] if input.dim() else 0
         rows = input.numel() // in_features if in_features else 0
         bucket = bucket_rows(rows, small_batch=config.small_batch, projection=self.projection)
@@ -221,10 +238,10 @@ class ModuleRoute:
             fn = _packed_rows
         else:
             key = RegionalShapeKey(input.dtype, "cpu", self.projection, bucket, out_features, in_features, mode)
-            if config.measure_routes and key in policy.measured_row_major:
+            if config.measure_routes and key in context.measured_row_major:
                 return self._row_major(ROW_MAJOR_MEASURED, bucket, input, weight, bias)
             fn = compiled_callable(key)
-        policy.counters[(self.projection, route, str(bucket))] += 1
+        context.counters[(self.projection, route, str(bucket))] += 1
         flat = input.reshape(rows, in_features)
         if bucket != rows:
             flat = F.pad(flat, (0, 0, 0, bucket - rows))
@@ -235,8 +252,7 @@ class ModuleRoute:
 
     def _row_major(self, route, bucket, input, weight, bias):
         counter_key = (self.projection, route, NO_BUCKET if bucket is None else str(bucket))
-        policy = self.policy
-        policy.counters[counter_key] += 1
+        self.context.counters[counter_key] += 1
         if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
             memo = self.memo
             if memo is None or not memo.holds(self, weight):
@@ -270,10 +286,10 @@ class RowMajorMemo:
         self.weight_ref = weakref.ref(weight)  # a replaced weight must not be kept alive
         self.source = route.source
         self.status = route.status
-        self.config = route.policy.config
-        self.measured = route.policy.measured_row_major
+        self.config = route.context.config
+        self.measured = route.context.measured_row_major
         self.counter_keys: dict[tuple, tuple[str, str, str]] = {}
 
     def holds(self, route: ModuleRoute, weight: torch.Tensor) -> bool:
         return (self.weight_ref() is weight and self.source is route.source and self.status == route.status
-                and self.config is route.policy.config and self.measured is route.policy.measured_row_major)
+                and self.config is route.context.config and self.measured is route.context.measured_row_major)

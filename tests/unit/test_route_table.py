@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, routing, warmup
-from sglang_rvv.adapters import ROUTE_ATTR
 from sglang_rvv.policy import policy_of
+from sglang_rvv.routing import ROUTE_ATTR
 from sglang_rvv.srt import flags
 from sglang_rvv.warmup import warm_up
 from support import assert_bf16_close, packed_keys

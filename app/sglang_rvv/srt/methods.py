@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch
 from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, UnquantizedLinearMethod
 
-from ..adapters import ROUTE_ATTR
-from ..routing import ModuleRoute
+from ..routing import ROUTE_ATTR, ModuleRoute
 
 _PLAIN_METHODS = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
 
