@@ -113,10 +113,11 @@ def test_the_quadlet_units_generate_services_with_the_compose_settings(provision
                    "--publish 127.0.0.1:30000:30000", "--health-cmd /usr/local/lib/sglang-rvv/healthcheck.py",
                    "--env-file /etc/sglang-rvv/runtime.env", "--init", "--memory=8g"):
         assert option in service, option
-    # compose/gateway.yaml's settings, with the boards' URLs and the role's defaults
+    # compose/gateway.yaml's settings, with the boards' URLs and the role's defaults (quadlet writes the
+    # health command's space as \x20, which systemd turns back into a space)
     assert "ExecStart=/usr/bin/podman run --name sglang-rvv-gateway " in gateway
     for option in ("--read-only", "--user 10001:10001", "--cap-drop all", "--security-opt=no-new-privileges",
-                   "--network host", '--health-cmd "/usr/local/lib/sglang-rvv/gateway.py health"', "--init",
+                   "--network host", r'--health-cmd "/usr/local/lib/sglang-rvv/gateway.py\x20health"', "--init",
                    "--memory=1g", "--env SGLANG_RVV_GATEWAY_HOST=127.0.0.1", "--env SGLANG_RVV_GATEWAY_PORT=30000",
                    "--env SGLANG_RVV_GATEWAY_POLICY=cache_aware", "--env SGLANG_RVV_GATEWAY_METRICS_PORT=29000",
                    "--env SGLANG_RVV_GATEWAY_WORKERS=http://10.0.0.21:30000,http://10.0.0.22:30000"):

@@ -41,7 +41,8 @@ def test_gateway_port_is_bound_where_configured(target):
 def test_every_configured_worker_is_healthy_at_the_gateway(target):
     target.require("gateway")
     env = json.loads(target.run_ok(f"podman inspect --format json {_container(target)['Id']}"))[0]["Config"]["Env"]
-    configured = next(e.split("=", 1)[1] for e in env if e.startswith("SGLANG_RVV_GATEWAY_WORKERS=")).replace(",", " ").split()
+    workers = next(e.split("=", 1)[1] for e in env if e.startswith("SGLANG_RVV_GATEWAY_WORKERS="))
+    configured = workers.replace(",", " ").split()  # gateway.py takes either separator
     bind, port = _address(target)
     host = "127.0.0.1" if bind in ("0.0.0.0", "127.0.0.1") else bind
     listed = json.loads(target.run_ok(
