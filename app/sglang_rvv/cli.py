@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import report
+from .bench import report
 
 COMMANDS = {"report": report}
 

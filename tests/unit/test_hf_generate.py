@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from sglang_rvv import report
 from sglang_rvv.bench import hf_generate, results, suite
 from sglang_rvv.bench.progress import Progress
+from sglang_rvv.bench.report import summaries
 from sglang_rvv.checkpoint import write_tiny_checkpoint
 
 
@@ -27,7 +27,7 @@ def test_generate_step_off_and_on_on_the_tiny_llama(tmp_path):
         assert len(raw["output_ids"]) == 8
         assert all(full > prefill > 0 for prefill, full in zip(raw["prefill_s"], raw["full_s"], strict=True))
     assert record["outputs_equal"] is True
-    summary = report.hf_generate(run)
+    summary = summaries.hf_generate(run)
     assert summary["outputs_equal"] is True
     for mode in hf_generate.MODES:
         assert summary[mode]["prefill_tok_s"] > 0 and summary[mode]["decode_tok_s"] > 0 and summary[mode]["n"] == 1

@@ -9,8 +9,11 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from sglang_rvv import cli, report
+from sglang_rvv import cli
 from sglang_rvv.bench import results
+from sglang_rvv.bench.report.markdown import SECTIONS, render_run
+from sglang_rvv.bench.report.metrics import CSV_FIELDS, metric_rows
+from sglang_rvv.bench.report.targets import targets
 from sglang_rvv.bench.results import COLD, WARM
 
 MIB = 2**20
@@ -135,7 +138,7 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
 
 def _verdicts(run_dir: Path) -> list[bool | None]:
     """The verdicts of the targets judged on this run (off the board: the issue-6 ones)."""
-    return [t.met for t in report.targets(results.load_run(run_dir)) if t.not_judged is None]
+    return [t.met for t in targets(results.load_run(run_dir)) if t.not_judged is None]
 
 
 def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
@@ -144,7 +147,7 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
     stdout = capsys.readouterr().out
     markdown = (run_dir / "report.md").read_text()
     assert stdout == markdown
-    for title, _ in report.SECTIONS:
+    for title, _ in SECTIONS:
         assert f"\n## {title}\n" in markdown
     # one-batch: warm median [min-max] over the three processes, and the on/off ratio
     assert "| packed (flag on) | artifact-warm | 3 | 100.0 [100.0–100.0] | 14.0 [13.5–14.5] |" in markdown
@@ -157,7 +160,7 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
 
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert set(rows[0]) == set(report.CSV_FIELDS)
+    assert set(rows[0]) == set(CSV_FIELDS)
 
     def value(section, name, mode, key, stat):
         found = [r for r in rows if (r["section"], r["name"], r["mode"], r["key"], r["stat"])
@@ -194,7 +197,7 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
 
 def test_targets_met_and_by_how_much(tmp_path):
     run = results.load_run(make_run(tmp_path, slow_m16=False))
-    met = {t.name: t for t in report.targets(run) if t.not_judged is None}
+    met = {t.name: t for t in targets(run) if t.not_judged is None}
     assert len(met) == 5 and all(t.met for t in met.values()), [(t.name, t.measured) for t in met.values()]
     decode = met["decode tok/s, packed / row-major (one-batch warm medians; HF generate medians, equal outputs)"]
     assert decode.value == pytest.approx(1.3)  # the smaller of the two engines' ratios
@@ -229,34 +232,34 @@ def test_each_target_can_fail(tmp_path, overrides, index):
 def test_a_run_without_the_after_load_peak_is_judged_on_the_whole_process_peak_and_says_so(tmp_path):
     run_dir = make_run(tmp_path, after_load_off=None, after_load_on=None, peak_on=5000.0 + 2300 * 1.05,
                        slow_m16=False)
-    rss = report.targets(results.load_run(run_dir))[1]
+    rss = targets(results.load_run(run_dir))[1]
     assert rss.met and rss.value == pytest.approx(0.05)
     assert rss.measured.startswith("whole process (no after-load peak in this run): +2,415 MiB vs 2,300 MiB")
     assert "| one-batch peak RSS after weight loading (warm median) | n/a | n/a | n/a |" \
-        in report.render_run(results.load_run(run_dir))
+        in render_run(results.load_run(run_dir))
 
 
 def test_the_bandwidth_target_uses_the_read_of_the_same_weights_in_the_same_rounds(tmp_path):
     """A cell that carries its own read time is judged against it, not the 1 GiB read: 100 us
     packed against a 90 us read is 90 % although the 1 GiB read (100 GB/s) would say 84 %."""
     run = results.load_run(make_run(tmp_path, read_gbs=100.0, cell_read_us=90.0, slow_m16=False))
-    bandwidth = {t.name: t for t in report.targets(run)}["M=1 packed weight bandwidth / measured read bandwidth"]
+    bandwidth = {t.name: t for t in targets(run)}["M=1 packed weight bandwidth / measured read bandwidth"]
     assert bandwidth.value == pytest.approx(0.9) and bandwidth.met
     assert "read of the same weights in the same rounds" in bandwidth.measured
-    assert "a plain read of the same weights in the same rounds 93.2 GB/s" in report.render_run(run)
+    assert "a plain read of the same weights in the same rounds 93.2 GB/s" in render_run(run)
 
 
 def test_f_linear_timed_twice_shows_the_noise_floor_beside_the_verdict(tmp_path):
     run = results.load_run(make_run(tmp_path, slow_m16=False, linear_again={1: 1.02, 16: 1 / 0.9}))
-    target = report.targets(run)[4]
+    target = targets(run)[4]
     assert target.met and target.measured.endswith(
         "; F.linear against itself in the same rounds: up to 10% apart, 1 cells beyond 5%")
     assert "| o_proj | 2048x2048 | 16 | 2 | 300 | 100 | 500 | 100 | 333 | 3.00 | 0.90 | packed_compiled |" \
-        in report.render_run(run)
+        in render_run(run)
     old = results.load_run(make_run(tmp_path / "old", slow_m16=False))
-    assert "against itself" not in report.targets(old)[4].measured
+    assert "against itself" not in targets(old)[4].measured
     assert "| o_proj | 2048x2048 | 16 | 2 | 300 | 100 | 500 | 100 | n/a | 3.00 | n/a | packed_compiled |" \
-        in report.render_run(old)
+        in render_run(old)
 
 
 def test_kernel_gbs_per_cell_and_thread_count_side_by_side(tmp_path):
@@ -264,7 +267,7 @@ def test_kernel_gbs_per_cell_and_thread_count_side_by_side(tmp_path):
     gets a threads column; the CSV keys every kernel number by its thread count."""
     run_dir = make_run(tmp_path, slow_m16=False, kernel_threads={4: 1.0, 8: 2.0})
     run = results.load_run(run_dir)
-    markdown = report.render_run(run)
+    markdown = render_run(run)
     packed, linear = O_PROJ_BYTES / 100e-6 / 1e9, O_PROJ_BYTES / 300e-6 / 1e9  # 83.89, 27.96 GB/s
     assert (f"| projection | N x K | M | packed GB/s, 4 threads | F.linear GB/s, 4 threads | packed GB/s, 8 threads "
             f"| F.linear GB/s, 8 threads |\n|---|---|---|---|---|---|---|\n"
@@ -278,23 +281,23 @@ def test_kernel_gbs_per_cell_and_thread_count_side_by_side(tmp_path):
         f"packed compiled {2 * packed:.1f} GB/s" in markdown
     assert "- kernels (kernel step): provider generic (portable torch ops); native kernels not loaded, VLEN n/a; " \
         "/proc/cpuinfo isa n/a; 4 threads, 8 threads" in markdown
-    rows = {(r["key"], r["stat"]): float(r["value"]) for r in report.metric_rows(run) if r["section"] == "kernel"}
+    rows = {(r["key"], r["stat"]): float(r["value"]) for r in metric_rows(run) if r["section"] == "kernel"}
     assert rows["M=1 threads=8", "compiled_gbs"] == pytest.approx(2 * packed)
     assert rows["M=16 threads=4", "linear_gbs"] == pytest.approx(linear)
     assert rows["threads=8", "gbs"] == pytest.approx(2 * packed)  # the M=1 aggregate, packed compiled
     # Judged at each thread count: 4 threads reaches 84 of 100 GB/s read, 8 threads 168.
-    bandwidth = report.targets(results.load_run(make_run(tmp_path / "b", read_gbs=100.0, slow_m16=False,
-                                                         kernel_threads={4: 1.0, 8: 2.0})))[3]
+    bandwidth = targets(results.load_run(make_run(tmp_path / "b", read_gbs=100.0, slow_m16=False,
+                                                  kernel_threads={4: 1.0, 8: 2.0})))[3]
     assert bandwidth.met is False and bandwidth.value == pytest.approx(packed / 100.0)
     assert bandwidth.measured.endswith("1 projections, 4 threads); 8 threads: 168%")
 
 
 def test_board_targets_are_not_judged_off_the_board(tmp_path):
     run = results.load_run(make_run(tmp_path, slow_m16=False, kernel_threads={4: 1.0, 8: 2.0}))
-    board = report.targets(run)[5:]
+    board = targets(run)[5:]
     assert [t.verdict for t in board] == ["not judged: needs a BPI-F3"] * 2
     assert all(t.met is None and t.value is None and t.measured == "n/a" for t in board)
-    assert "| **not judged: needs a BPI-F3** |" in report.render_run(run)
+    assert "| **not judged: needs a BPI-F3** |" in render_run(run)
 
 
 @pytest.mark.parametrize("compiled_us, decode_on, met", [
@@ -304,7 +307,7 @@ def test_board_targets_are_not_judged_off_the_board(tmp_path):
 def test_board_targets_on_a_bpi_f3_run(tmp_path, compiled_us, decode_on, met):
     run = results.load_run(make_run(tmp_path, provenance=BOARD_PROVENANCE, kernel_facts=BOARD_FACTS,
                                      kernel_threads={4: 0.9, 8: 1.0}, compiled_us=compiled_us, decode_on=decode_on))
-    kernel_target, decode = report.targets(run)[5:]
+    kernel_target, decode = targets(run)[5:]
     assert [kernel_target.met, decode.met] == met
     best = O_PROJ_BYTES / compiled_us / 1e3
     assert kernel_target.value == pytest.approx(best) and kernel_target.measured == (
@@ -312,33 +315,33 @@ def test_board_targets_on_a_bpi_f3_run(tmp_path, compiled_us, decode_on, met):
     assert kernel_target.threshold == "≥ 4.0 GB/s (37.5% of the K1's 10.66 GB/s peak)"
     assert decode.value == decode_on and decode.measured == f"{decode_on:.2f} tok/s (row-major 6.00 tok/s)"
     assert "- kernels (kernel step): provider rvv (native RVV kernels (rvv vlen=256)); native kernels rvv vlen=256, " \
-        "VLEN 256; /proc/cpuinfo isa rv64imafdcv_zvfh; 4 threads, 8 threads" in report.render_run(run)
+        "VLEN 256; /proc/cpuinfo isa rv64imafdcv_zvfh; 4 threads, 8 threads" in render_run(run)
 
 
 def test_the_decode_board_target_is_for_qwen3_only(tmp_path):
     provenance = {**BOARD_PROVENANCE, "model": {**PROVENANCE["model"], "generated_shape": "llama-3.2-1b"}}
     run = results.load_run(make_run(tmp_path, provenance=provenance, kernel_facts=BOARD_FACTS,
                                     kernel_threads={8: 1.0}))
-    kernel_target, decode = report.targets(run)[5:]
+    kernel_target, decode = targets(run)[5:]
     assert kernel_target.met is True  # the kernel's shapes are its own, whatever the model
     assert decode.verdict == "not judged: the target is for Qwen3-0.6B, this run's model is llama-3.2-1b"
     shaped = {**BOARD_PROVENANCE, "model": {**PROVENANCE["model"], "generated_shape": "qwen3-0.6b"}}
-    assert report.targets(results.load_run(make_run(tmp_path / "shaped", provenance=shaped)))[6].met is True
+    assert targets(results.load_run(make_run(tmp_path / "shaped", provenance=shaped)))[6].met is True
 
 
 def test_missing_results_are_no_data_not_failures(tmp_path):
     run_dir = make_run(tmp_path, kernel=False, route_table=False)
     assert _verdicts(run_dir)[3:] == [None, None]
-    markdown = report.render_run(results.load_run(run_dir))
+    markdown = render_run(results.load_run(run_dir))
     assert "_no measured route table in the policy reports (`warmup.route_table`)_" in markdown
     assert "_no kernel results_" in markdown
 
 
 def test_decode_target_needs_both_engines(tmp_path):
     run_dir = make_run(tmp_path, hf=False)
-    decode = report.targets(results.load_run(run_dir))[0]
+    decode = targets(results.load_run(run_dir))[0]
     assert decode.met is None and decode.measured == "one-batch 2.33×; HF generate n/a"
-    assert "_no Hugging Face generate results_" in report.render_run(results.load_run(run_dir))
+    assert "_no Hugging Face generate results_" in render_run(results.load_run(run_dir))
 
 
 def test_several_runs_side_by_side(tmp_path, capsys):
