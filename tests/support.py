@@ -8,7 +8,7 @@ import torch
 from sglang_rvv.smoke import MIN_SQNR_DB, sqnr_db
 
 __all__ = ["MIN_SQNR_DB", "PROMPTS", "assert_bf16_close", "assert_same_greedy", "generate_greedy", "rss_bytes",
-           "same_greedy", "sqnr_db"]
+           "assert_whole_weights", "same_greedy", "sqnr_db"]
 
 GREEDY_TOKENS = 8
 # The greedy prompts the flag-on vs flag-off comparisons use.
@@ -75,3 +75,22 @@ def same_greedy(got: list, want: list) -> bool:
     except AssertionError:
         return False
     return True
+
+
+def assert_whole_weights(results: list, sent: float, done: float, old_ref: dict, new_ref: dict) -> dict[str, int]:
+    """Greedy results ``(prompt, began, ended, steps)`` streamed around a weight update sent at
+    ``sent`` and answered at ``done``: each that ended before it matches ``old_ref[prompt]``,
+    each that began after it ``new_ref[prompt]``, each in between one of the two whole (never
+    a mix), and there are some before and some after. Returns the counts, for the test's line."""
+    before = [r for r in results if r[2] < sent]
+    after = [r for r in results if r[1] > done]
+    during = [r for r in results if r not in before and r not in after]
+    assert before and after, (len(before), len(after))
+    for prompt, _, _, steps in before:
+        assert_same_greedy(steps, old_ref[prompt])
+    for prompt, _, _, steps in after:
+        assert_same_greedy(steps, new_ref[prompt])
+    old = [same_greedy(steps, old_ref[prompt]) for prompt, _, _, steps in during]
+    new = [same_greedy(steps, new_ref[prompt]) for prompt, _, _, steps in during]
+    assert all(o or n for o, n in zip(old, new, strict=True)), "a request mixed the old and the new weights"
+    return {"before": len(before), "during": len(during), "old": sum(old), "new": sum(new), "after": len(after)}
