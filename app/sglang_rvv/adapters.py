@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .archs import SUPPORTED, sglang_classes
 from .routing import ROUTE_ATTR, ModuleRoute
 
 _HF_KINDS = {
@@ -23,8 +24,6 @@ _HF_KINDS = {
     "down_proj": "down_proj",
 }
 _SGLANG_KINDS = {k: k for k in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}
-_ARCHS = ("llama", "qwen2", "qwen3")
-_SGLANG_CLASSES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 
 
 class TiedLmHeadError(RuntimeError):
@@ -96,7 +95,7 @@ def _detect_hf(model: torch.nn.Module) -> bool:
     return (
         transformers is not None
         and isinstance(model, transformers.PreTrainedModel)
-        and getattr(model.config, "model_type", None) in _ARCHS
+        and getattr(model.config, "model_type", None) in SUPPORTED
         and hasattr(model, "lm_head")
     )
 
@@ -145,7 +144,7 @@ def hf_named_adapter(name: str = "hf_named") -> Adapter:
 
 def _detect_sglang(model: torch.nn.Module) -> bool:
     cls = type(model)
-    return cls.__module__ in {f"sglang.srt.models.{a}" for a in _ARCHS} and cls.__name__ in _SGLANG_CLASSES
+    return f"{cls.__module__}.{cls.__name__}" in sglang_classes()
 
 
 # sglang_rvv.srt.methods needs SGLang: imported only once an SGLang model is adapted.

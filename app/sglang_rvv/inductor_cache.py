@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .jsonfile import write_json
+
 MANIFEST = "sglang_rvv_cache_manifest.json"
 SCHEMA = 1
 ROUTE_TABLE = "sglang_rvv_route_table.json"
@@ -138,13 +140,6 @@ def _differences(recorded: dict, running: dict) -> list[str]:
     ]
 
 
-def _write_object(path: Path, value: dict) -> None:
-    """Write atomically: a reader (or another rank writing too) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
-
-
 @dataclass(frozen=True)
 class CacheState:
     warm: bool
@@ -203,7 +198,7 @@ def read_route_table(cache_dir: str | os.PathLike) -> tuple[list[dict], str | No
 def write_route_table(cache_dir: str | os.PathLike, entries: list[dict]) -> Path:
     path = Path(cache_dir) / ROUTE_TABLE
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_object(path, {**route_table_stack(), "entries": entries})
+    write_json(path, {**route_table_stack(), "entries": entries}, sort_keys=True)
     return path
 
 
@@ -263,7 +258,7 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout:
         "model_dir": str(model_dir),
         "created": int(time.time()),
     }
-    _write_object(cache_dir / MANIFEST, manifest)
+    write_json(cache_dir / MANIFEST, manifest, sort_keys=True)
     row_major = sum(entry["route"] == "row_major" for entry in routes)
     print(f"warm cache ready in {time.monotonic() - began:.0f} s: {len(warmup['keys'])} shape keys, "
           f"{warmup['compiled']} compiled, {warmup['cache_hits']} already cached; route table: "

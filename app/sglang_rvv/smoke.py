@@ -40,6 +40,7 @@ from torch import nn
 
 from . import RvvPolicyConfig, install_rvv_policy
 from .adapters import hf_named_adapter
+from .archs import SUPPORTED
 from .ops import PROVIDER_NAME
 from .policy import PolicyReport, policy_of
 
@@ -50,7 +51,6 @@ MIN_SQNR_DB = 35.0  # bf16 keeps 8 bits of mantissa; one rounding of the output 
 TIE_TOLERANCE = 2.0**-6
 PROMPTS = ((3, 141, 59, 26, 535), (17, 902, 4, 1311, 77), (250, 8, 1999, 640, 12))
 DECODE_STEPS = 4
-ARCHS = ("llama", "qwen2", "qwen3")
 
 _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
 
@@ -123,8 +123,8 @@ class DecoderConfig:
     @classmethod
     def from_dict(cls, raw: dict) -> DecoderConfig:
         model_type = raw.get("model_type")
-        if model_type not in ARCHS:
-            raise SmokeError(f"config.json model_type {model_type!r} is not one of {ARCHS}")
+        if model_type not in SUPPORTED:
+            raise SmokeError(f"config.json model_type {model_type!r} is not one of {tuple(SUPPORTED)}")
         if raw.get("hidden_act", "silu") != "silu":
             raise SmokeError(f"config.json hidden_act {raw['hidden_act']!r}: only silu is implemented")
         rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}

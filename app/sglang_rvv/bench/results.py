@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..jsonfile import write_json
+
 SCHEMA = 1
 META = "meta.json"
 KINDS = ("one_batch", "start", "serving", "kernel", "hf_generate", "fleet")
@@ -49,15 +51,6 @@ class RunDirError(Exception):
 
 def default_run_dir(root: Path = Path("results")) -> Path:
     return root / platform.node() / utc_stamp()
-
-
-def write_json(path: Path, payload) -> Path:
-    """Write atomically: a reader (or a crash) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 def write_meta(run_dir: Path, meta: dict) -> Path:

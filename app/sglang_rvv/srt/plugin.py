@@ -35,7 +35,9 @@ from pathlib import Path
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from ..archs import sglang_classes
 from ..inductor_cache import STATE_ENV
+from ..jsonfile import write_json
 from . import flags
 
 log = logging.getLogger("sglang_rvv")
@@ -54,11 +56,6 @@ OPENAI_SERVING = ("sglang.srt.entrypoints.openai.serving_completions.OpenAIServi
                   "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat")
 # What a client that names no model sends (SGLang's protocol default).
 ANY_MODEL = "default"
-MODEL_CLASSES = (
-    "sglang.srt.models.llama.LlamaForCausalLM",
-    "sglang.srt.models.qwen2.Qwen2ForCausalLM",
-    "sglang.srt.models.qwen3.Qwen3ForCausalLM",
-)
 _parsers: list[argparse.ArgumentParser] = []  # the parser our flags went into, for errors
 
 
@@ -95,17 +92,12 @@ def _report_path(settings: flags.RvvSettings, tp_rank: int) -> Path:
 
 
 def _write_report(runner, settings: flags.RvvSettings, report, **extra) -> None:
-    import json
-
     tp_rank = getattr(runner, "tp_rank", 0)
     path = _report_path(settings, tp_rank)
     log.info("sglang_rvv: report at %s", path)
     payload = dict(asdict(report), settings=asdict(settings), tp_rank=tp_rank, **extra)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=1))
-        tmp.replace(path)
+        write_json(path, payload)
     except OSError as error:
         log.warning("sglang_rvv: could not write the report to %s (%s); pass --cpu-rvv-report-path", path, error)
 
@@ -275,7 +267,7 @@ def register() -> None:
     HookRegistry.register(f"{server_args}.from_cli_args", _from_cli_args, HookType.AROUND)
     HookRegistry.register(f"{RUNNER}.load_model", _after_load_model, HookType.AFTER)
     HookRegistry.register(f"{RUNNER}.forward", _after_forward, HookType.AFTER)
-    for model_class in MODEL_CLASSES:
+    for model_class in sglang_classes():
         HookRegistry.register(f"{model_class}.load_weights", _after_load_weights, HookType.AFTER)
     HookRegistry.register(f"{WEIGHT_UPDATER}.update_weights_from_disk", _around_update_weights_from_disk,
                           HookType.AROUND)

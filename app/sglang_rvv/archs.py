@@ -1,0 +1,12 @@
+"""The model architectures the policy supports, in one table: the adapters detect them, the
+plugin hooks their SGLang classes' weight loading, and the smoke test accepts their
+checkpoints. (tiny.py generates test checkpoints of these and of one unsupported kind.)"""
+
+# config.json model_type -> the causal LM class, named alike in transformers and in SGLang
+# (sglang.srt.models.<model_type>.<class>).
+SUPPORTED = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+def sglang_classes() -> tuple[str, ...]:
+    """The dotted paths of SGLang's classes for every supported architecture."""
+    return tuple(f"sglang.srt.models.{arch}.{name}" for arch, name in SUPPORTED.items())
