@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from image_support import REPO, free_port, run, scrape
 
+from sglang_rvv.bench.client import post_json
 from sglang_rvv.checkpoint import write_tiny_checkpoint
 from sglang_rvv.server import SGLangServer
 from support import PROMPTS, assert_same_greedy, assert_whole_weights, generate_greedy, same_greedy
@@ -195,10 +196,7 @@ class _Endpoint:
         self.base_url = f"http://127.0.0.1:{port}"
 
     def post(self, path: str, body: dict, timeout: float = CALL_TIMEOUT_S) -> dict:
-        request = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            return json.load(reply)
+        return post_json(self.base_url + path, body, timeout)
 
 
 def test_a_rolling_weight_update_under_traffic_serves_whole_old_or_new_weights(fleet, tmp_path):

@@ -26,9 +26,12 @@ def get_json(url: str, timeout: float = 30) -> dict:
         return json.load(response)
 
 
+def _json_request(url: str, body: dict) -> urllib.request.Request:
+    return urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+
+
 def post_json(url: str, body: dict, timeout: float = REQUEST_TIMEOUT) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with urllib.request.urlopen(_json_request(url, body), timeout=timeout) as response:
         return json.load(response)
 
 
@@ -52,13 +55,11 @@ def generate(base_url: str, input_ids: list[int], max_new_tokens: int = OUTPUT_L
     """One streamed greedy request; send time, each token's arrival (epoch-free monotonic seconds), output."""
     body = {"input_ids": input_ids, "stream": True,
             "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, "temperature": 0}}
-    request = urllib.request.Request(base_url + "/generate", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
     sent = time.monotonic()
     token_times: list[float] = []
     output_ids: list[int] = []
     meta: dict = {}
-    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+    with urllib.request.urlopen(_json_request(base_url + "/generate", body), timeout=REQUEST_TIMEOUT) as response:
         for raw in response:
             line = raw.decode().strip()
             if not line.startswith("data:") or line == "data: [DONE]":
