@@ -8,7 +8,7 @@
 #        curl line; REPLICAS=N > 1: N appliances on their own CPUs behind the gateway (smg) on PORT
 #   make down
 #   make lock                               refresh the pins that follow from the repo, then check the lock
-#   make images-setup                       podman, its containers.conf, qemu-riscv64 binfmt
+#   make images-setup                       podman, its containers.conf, qemu-riscv64 and qemu-aarch64 binfmt
 #
 # ARCH defaults to the host's, MODEL to models.default of images/lock.toml, CACHE to cold.
 # Every build script keeps an image whose recorded inputs match, and tags only complete images.

@@ -18,17 +18,17 @@ HEALTHCHECK = "/usr/local/lib/sglang-rvv/healthcheck.py"  # compose.yaml's healt
 HOST_ARCH = {"x86_64": "amd64", "riscv64": "riscv64", "aarch64": "arm64"}[os.uname().machine]
 
 
-def riscv64_emulation_missing() -> str | None:
-    """Why riscv64 code cannot run here (no riscv64 CPU and no qemu-user binfmt), or None."""
-    if os.uname().machine == "riscv64":
+def emulation_missing(machine: str) -> str | None:
+    """Why MACHINE's code (riscv64, aarch64) cannot run here (not this CPU and no qemu-user binfmt), or None."""
+    if os.uname().machine == machine:
         return None
-    entry = Path("/proc/sys/fs/binfmt_misc/qemu-riscv64")
+    entry = Path(f"/proc/sys/fs/binfmt_misc/qemu-{machine}")
     try:
         enabled = entry.read_text().startswith("enabled")
     except OSError:
         enabled = False
     if not enabled:
-        return (f"no riscv64 CPU and no emulation: {entry} is not enabled (qemu-user-static binfmt; "
+        return (f"no {machine} CPU and no emulation: {entry} is not enabled (qemu-user-static binfmt; "
                 "run images/scripts/podman-setup.sh as root)")
     return None
 

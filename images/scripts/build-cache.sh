@@ -37,6 +37,7 @@ warm_cache() {
 main() {
   parse_build_args '2,12' "$@"
   need_root
+  need_arch_image cache
   need_cmd podman python3
   MODEL=$(model_key "${MODEL}")
   local model_image image inputs ctx

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Build the gateway image: the base image + the Shepherd Model Gateway (smg) at the lock's pins.
 #
-#   images/scripts/build-gateway.sh [--force] [ARCH]      (ARCH defaults to the host's)
+#   images/scripts/build-gateway.sh [--force] [ARCH]      (ARCH: amd64 or arm64; the host's by default)
 #
 # The gateway runs in front of REPLICAS=N appliances (compose/gateway.yaml, make up REPLICAS=N)
-# on the controller or any amd64 host: never on a board, as smg has no riscv64 wheel.
+# on the controller or any amd64/arm64 host: never on a board, as smg has no riscv64 wheel.
 # 1. stages a context: images/lock.toml [tools.gateway] at requirements/lock.txt's hashes,
 #    images/gateway/'s files; digests it with the base image id: an image labelled with that
 #    digest is kept (unless --force);
-# 2. downloads the wheels into BUILD_DIR/wheelhouse-ARCH (shared with the runtime image);
-# 3. podman build --network=none, tagged only when complete.
+# 2. downloads the wheels into BUILD_DIR/wheelhouse-ARCH (shared with the runtime image), for
+#    lock arch.ARCH.wheel_platforms where set (arm64: from any host), else the host's;
+# 3. podman build --network=none (another arch's binaries run under qemu-user), tagged only
+#    when complete.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
@@ -17,14 +19,34 @@ source "$(dirname "$0")/lib.sh"
 ARCH=""
 FORCE=0
 TMP_REF=""
+PLATFORM=()
+
+# PLATFORM: pip download's arguments for ARCH's wheels: the lock's wheel_platforms with its
+# Python, or none on an ARCH host (the host's own wheels).
+set_wheel_platforms() {
+  local platforms python tag
+  platforms=$(lock_or "arch.${ARCH}.wheel_platforms" "")
+  PLATFORM=()
+  if [[ -z ${platforms} ]]; then
+    [[ ${ARCH} == "$(host_arch)" ]] \
+      || die "gateway ${ARCH} on a $(host_arch) host: images/lock.toml sets no arch.${ARCH}.wheel_platforms, so pip fetches ${ARCH}'s wheels on a ${ARCH} host only; build it there"
+    return 0
+  fi
+  for tag in ${platforms}; do
+    PLATFORM+=(--platform "${tag}")
+  done
+  python=$(lock "arch.${ARCH}.python")
+  PLATFORM+=(--python-version "${python}" --implementation cp --abi "cp${python/./}")
+}
 
 main() {
-  parse_build_args '2,11' "$@"
+  parse_build_args '2,14' "$@"
   need_root
   need_cmd podman python3
-  [[ ${ARCH} == amd64 && $(host_arch) == amd64 ]] \
-    || die "gateway ${ARCH}: requirements/lock.txt pins x86_64 wheels, so the gateway builds on and for amd64 only (host: $(host_arch)); run it on the controller"
+  need_arch_image gateway
   local base image ctx digest
+  set_wheel_platforms
+  need_emulation "${ARCH}"
   base=$(image_name base "${ARCH}")
   image=$(image_name gateway "${ARCH}")
   image_exists "${base}" || die "base image ${base} not found: run images/scripts/build-base.sh ${ARCH}"
@@ -39,13 +61,14 @@ main() {
     return
   fi
   timer_start
-  fill_wheelhouse "${BUILD_DIR}/wheelhouse-${ARCH}" "${ctx}/requirements.txt"
+  fill_wheelhouse "${BUILD_DIR}/wheelhouse-${ARCH}" "${ctx}/requirements.txt" "${PLATFORM[@]}"
   link_wheels "${ctx}" "${BUILD_DIR}/wheelhouse-${ARCH}"
   trap cleanup_tmp_ref EXIT
   build_and_promote "${image}" "${ctx}" "${ctx}/Containerfile" \
     --build-arg "BASE_IMAGE=${base}" \
     --build-arg "CONTEXT_DIGEST=${digest}" \
     --label "${LABEL_PREFIX}.image=gateway" \
+    --label "${LABEL_PREFIX}.arch=${ARCH}" \
     --label "${LABEL_PREFIX}.gateway=$(sed -n 's/^\(smg==[^ ]*\).*/\1/p' "${ctx}/requirements.txt")" \
     --label "${LABEL_PREFIX}.context-digest=${digest}" \
     --label "org.opencontainers.image.revision=$(source_revision)"

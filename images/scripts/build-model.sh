@@ -39,6 +39,7 @@ stage_lock_model() {
 main() {
   parse_build_args '2,13' "$@"
   need_root
+  need_arch_image model
   need_cmd podman python3
   local runtime image inputs ctx served revision key
   MODEL=$(model_key "${MODEL}")

@@ -119,6 +119,7 @@ cleanup() {
 main() {
   parse_args "$@"
   need_root
+  need_arch_image runtime
   need_cmd podman python3
   python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
   check_supported

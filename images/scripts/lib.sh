@@ -212,6 +212,10 @@ need_emulation() {
   fi
 }
 
+# need_arch_image IMAGE: the lock pins IMAGE for ARCH (arm64 pins the gateway only), or exit
+# with lock.py's reason.
+need_arch_image() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" require-image "${ARCH}" "$1" || exit 1; }
+
 # Parse a build script's "[--force] [ARCH] [MODEL]" into FORCE, ARCH and (for scripts that
 # declare MODEL) MODEL; $1 is the sed line range of the script's header comment, for --help.
 parse_build_args() {

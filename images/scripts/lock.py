@@ -8,6 +8,7 @@ any venv exists. Commands::
     lock.py refresh                   rewrite the pins that follow from the repo (versions, digests, cache keys)
     lock.py get KEY [KEY...]          a value by dotted path (lists: one item a line)
     lock.py arches                    the arches the lock pins
+    lock.py require-image ARCH IMAGE  fails, naming why, unless the lock pins IMAGE for ARCH
     lock.py cache-key ARCH            the Inductor cache key computed from the pins
     lock.py base-inputs ARCH          digest of everything a base image is built from
     lock.py labels ARCH IMAGE         `--label=k=v` lines for podman build
@@ -40,6 +41,8 @@ LABEL_PREFIX = "io.sglang-rvv"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REQUIREMENT_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s*\\?$")
 HASH_RE = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+# Every image an arch can build; [arch.X].images narrows it (arm64: the gateway only).
+IMAGES = ("base", "runtime", "model", "cache", "gateway")
 
 
 class LockError(Exception):
@@ -94,6 +97,23 @@ def arch_pins(lock: dict, arch: str) -> dict:
     if arch not in arches:
         raise LockError([f"{LOCK_PATH.name}: no [arch.{arch}] (pinned: {', '.join(sorted(arches))})"])
     return arches[arch]
+
+
+def images(lock: dict, arch: str) -> tuple[str, ...]:
+    return tuple(arch_pins(lock, arch).get("images", IMAGES))
+
+
+def appliance(lock: dict, arch: str) -> bool:
+    """Whether the arch pins an appliance (a runtime: torch, an Inductor cache key), not only the gateway."""
+    return "runtime" in images(lock, arch)
+
+
+def require_image(lock: dict, arch: str, image: str) -> None:
+    built = images(lock, arch)
+    if image not in built:
+        raise LockError([f"{LOCK_PATH.name}: arch.{arch} builds the {' and '.join(built)} images only, not {image}: "
+                         f"it pins no appliance (no torch, no Inductor cache key); appliances are "
+                         f"{', '.join(a for a in lock['arch'] if appliance(lock, a))}"])
 
 
 def base_inputs(lock: dict, arch: str) -> dict:
@@ -181,6 +201,15 @@ def check(lock: dict) -> list[str]:
 
     for arch, pins in lock["arch"].items():
         where = f"{L}: arch.{arch}"
+        unknown = set(pins.get("images", ())) - set(IMAGES)
+        if unknown or "base" not in images(lock, arch):
+            problems.append(f"{where}.images must include base and name only {', '.join(IMAGES)} "
+                            f"(got {pins.get('images')})")
+        if not appliance(lock, arch):  # a gateway-only arch: a Debian base and the gateway's wheels
+            for key in ("debian_suite", "debian_version", "python", "packages", "wheel_platforms"):
+                if key not in pins:
+                    problems.append(f"{where}.{key} missing")
+            continue
         for key in ("debian_suite", "debian_version", "python", "isa", "packages", "torch", "inductor_cache_key"):
             if key not in pins:
                 problems.append(f"{where}.{key} missing")
@@ -277,7 +306,7 @@ def refresh(path: Path) -> list[str]:
     set_value("sglang", "version", parse_requirements(req_path).get("sglang", ("unpinned",))[0])
     set_value("python", "requirements_sha256", sha256_file(req_path))
     lock = tomllib.loads(text)
-    for arch in lock["arch"]:
+    for arch in filter(lambda arch: appliance(lock, arch), lock["arch"]):
         set_value(f"arch.{arch}", "inductor_cache_key", cache_key(lock, arch))
         if "kernels" in lock["arch"][arch]:
             set_value(f"arch.{arch}.kernels", "source_sha256", kernels_source_sha256())
@@ -323,6 +352,8 @@ def serves(lock: dict, arch: str) -> bool:
     ``debian``: the suite's packages, plus the ``wheelhouse`` wheels when the arch
     pins one with SGLang in it; without it, the app only.
     """
+    if not appliance(lock, arch):
+        return False
     pins = arch_pins(lock, arch)
     wheelhouse = pins.get("wheelhouse", {})
     return pins["torch"]["source"] == "wheel" or "sglang" in (*wheelhouse.get("pure", ()),
@@ -441,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check")
     sub.add_parser("refresh")
     sub.add_parser("arches")
+    p = sub.add_parser("require-image")
+    p.add_argument("arch")
+    p.add_argument("image")
     p = sub.add_parser("get")
     p.add_argument("keys", nargs="+")
     for name in ("cache-key", "base-inputs", "export"):
@@ -481,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.lock.name}: ok ({len(changes)} pins refreshed)")
         elif args.command == "arches":
             _print(sorted(lock["arch"]))
+        elif args.command == "require-image":
+            require_image(lock, args.arch, args.image)
         elif args.command == "get":
             for key in args.keys:
                 _print(get(lock, key))

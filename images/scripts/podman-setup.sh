@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Make this host able to build and run the sglang-rvv images with rootful podman.
 # Idempotent: installs only missing Debian packages, writes the containers.conf
-# drop-in only when a probe container fails to run without it, registers
-# qemu-riscv64 only when binfmt_misc is available.
+# drop-in only when a probe container fails to run without it, registers qemu-user
+# for riscv64 (the boards' images) and aarch64 (the arm64 gateway) only when binfmt_misc
+# is available.
 #
-#   images/scripts/podman-setup.sh [--check] [--no-riscv64] [--require-riscv64]
+#   images/scripts/podman-setup.sh [--check] [--no-emulation] [--require-emulation]
 #
-#   --check            install and write nothing; exit 1 if anything is missing
-#   --no-riscv64       skip the binfmt (qemu-riscv64) step
-#   --require-riscv64  fail when riscv64 emulation cannot be enabled
+#   --check              install and write nothing; exit 1 if anything is missing
+#   --no-emulation       skip the binfmt (qemu-riscv64, qemu-aarch64) step
+#   --require-emulation  fail when either cannot be enabled
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
@@ -27,17 +28,20 @@ PROBE_BIN=/usr/bin/qemu-x86_64-static
 CATATONIT=/usr/bin/catatonit
 PODMAN_INIT=/usr/libexec/podman/catatonit
 
-CHECK_ONLY=0
-RISCV64=auto
+# Foreign arches (qemu names) the images are built and tested for on any host.
+EMULATED=(riscv64 aarch64)
 
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+CHECK_ONLY=0
+EMULATION=auto
+
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
 
 parse_args() {
   while (($#)); do
     case "$1" in
       --check) CHECK_ONLY=1 ;;
-      --no-riscv64) RISCV64=no ;;
-      --require-riscv64) RISCV64=yes ;;
+      --no-emulation) EMULATION=no ;;
+      --require-emulation) EMULATION=yes ;;
       -h|--help) usage; exit 0 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -146,27 +150,31 @@ configure_podman() {
   log "podman $(podman version --format '{{.Client.Version}}') ready (runtime $(podman info --format '{{.Host.OCIRuntime.Name}}'))"
 }
 
-riscv64_registered() { [[ -r ${BINFMT_DIR}/qemu-riscv64 ]] && grep -q '^enabled' "${BINFMT_DIR}/qemu-riscv64"; }
+registered() { [[ -r ${BINFMT_DIR}/qemu-$1 ]] && grep -q '^enabled' "${BINFMT_DIR}/qemu-$1"; }
 
-try_enable_riscv64() {
-  riscv64_registered && return 0
+try_enable() {
+  registered "$1" && return 0
   ((CHECK_ONLY)) && return 1
   if [[ ! -e ${BINFMT_DIR}/register ]]; then
     mount -t binfmt_misc binfmt_misc "${BINFMT_DIR}" 2>/dev/null || return 1
   fi
-  update-binfmts --enable qemu-riscv64 >/dev/null 2>&1 || return 1
-  riscv64_registered
+  update-binfmts --enable "qemu-$1" >/dev/null 2>&1 || return 1
+  registered "$1"
 }
 
-setup_riscv64() {
-  [[ ${RISCV64} == no || $(host_arch) == riscv64 ]] && return
-  if try_enable_riscv64; then
-    log "riscv64 emulation enabled ($(head -n 1 "${BINFMT_DIR}/qemu-riscv64"), $(grep '^flags' "${BINFMT_DIR}/qemu-riscv64"))"
-  elif [[ ${RISCV64} == yes ]]; then
-    die "cannot enable qemu-riscv64 in binfmt_misc (needs root, the binfmt_misc module and qemu-user-static)"
-  else
-    log "warning: riscv64 emulation unavailable; riscv64 images cannot be built here"
-  fi
+setup_emulation() {
+  local machine
+  [[ ${EMULATION} == no ]] && return
+  for machine in "${EMULATED[@]}"; do
+    [[ ${machine} == "$(uname -m)" ]] && continue
+    if try_enable "${machine}"; then
+      log "${machine} emulation enabled ($(head -n 1 "${BINFMT_DIR}/qemu-${machine}"), $(grep '^flags' "${BINFMT_DIR}/qemu-${machine}"))"
+    elif [[ ${EMULATION} == yes ]]; then
+      die "cannot enable qemu-${machine} in binfmt_misc (needs root, the binfmt_misc module and qemu-user-static)"
+    else
+      log "warning: ${machine} emulation unavailable; ${machine} images cannot be built here"
+    fi
+  done
 }
 
 main() {
@@ -174,7 +182,7 @@ main() {
   need_root
   install_packages
   configure_podman
-  setup_riscv64
+  setup_emulation
 }
 
 main "$@"

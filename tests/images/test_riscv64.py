@@ -17,7 +17,7 @@ import time
 
 import pytest
 import testinfra
-from image_support import REPO, Container, free_port, lock_get, riscv64_emulation_missing, run
+from image_support import REPO, Container, emulation_missing, free_port, lock_get, run
 
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.server import SGLangServer
@@ -34,7 +34,7 @@ REPORT = "/var/cache/sglang-rvv/inductor/{key}/sglang_rvv_report.json"
 @pytest.fixture(scope="module")
 def riscv64_runtime_image(podman, build_logs) -> str:
     """The riscv64 runtime image, built (or found up to date) by the scripts."""
-    reason = riscv64_emulation_missing()
+    reason = emulation_missing("riscv64")
     if reason:
         pytest.skip(reason)
     for script in ("build-base.sh", "build-runtime.sh"):

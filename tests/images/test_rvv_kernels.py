@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import rvv_kernel_check as check
-from image_support import REPO, lock_get, riscv64_emulation_missing, run
+from image_support import REPO, emulation_missing, lock_get, run
 
 SCRIPTS = REPO / "images" / "scripts"
 KERNELS_DIR = REPO / ".cache" / "kernels" / "riscv64"
@@ -39,7 +39,7 @@ NUMERIC_PREFIXES = ("linear ", "bucket ", "threads", "rounding", "special values
 
 @pytest.fixture(scope="module")
 def base_image(podman, build_logs) -> str:
-    reason = riscv64_emulation_missing()
+    reason = emulation_missing("riscv64")
     if reason:
         pytest.skip(reason)
     run([str(SCRIPTS / "build-base.sh"), "riscv64"], timeout=3600, log=build_logs / "riscv64-build-base.sh.log")
