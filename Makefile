@@ -72,7 +72,7 @@ $(TINY_MODEL)/config.json: | venv
 	$(PY) -m sglang_rvv.checkpoint $(TINY_MODEL) --arch llama --seed 0 > /dev/null
 
 serve: venv $(TINY_MODEL)/config.json
-	$(PY) -m sglang_rvv.server $(TINY_MODEL) --port $(PORT) --enable-cpu-rvv-inductor
+	$(PY) -m sglang_rvv.launch $(TINY_MODEL) --port $(PORT) --enable-cpu-rvv-inductor
 
 # The suite prints only its run directory on stdout (progress goes to stderr).
 bench: venv

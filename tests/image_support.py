@@ -58,7 +58,7 @@ def user_checkpoint(directory: Path, seed: int) -> Path:
 
 
 def free_port() -> int:
-    from sglang_rvv.server import free_port as _free_port
+    from sglang_rvv.launch.process import free_port as _free_port
 
     return _free_port()
 

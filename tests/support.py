@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-# The app's own metric (the riscv64 smoke judges with it too), re-exported for the tests.
-from sglang_rvv.smoke import MIN_SQNR_DB, sqnr_db
+# The app's own metric (the riscv64 smoke judges with it too) and memory reader, re-exported for the tests.
+from sglang_rvv.host import rss_bytes
+from sglang_rvv.smoke.comparison import MIN_SQNR_DB, sqnr_db
 
 __all__ = ["MIN_SQNR_DB", "PROMPTS", "assert_bf16_close", "assert_same_greedy", "generate_greedy", "rss_bytes",
            "assert_whole_weights", "same_greedy", "sqnr_db"]
@@ -20,11 +21,6 @@ def assert_bf16_close(actual: torch.Tensor, reference: torch.Tensor, min_db: flo
     assert actual.shape == reference.shape, (actual.shape, reference.shape)
     db = sqnr_db(actual, reference)
     assert db >= min_db, f"SQNR {db:.1f} dB below {min_db} dB"
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 def packed_keys(policy) -> set[tuple[str, int, int, int]]:

@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .host import usable_cpus
+
 EXIT_USAGE = 64
 IMAGE_LOCK = Path("/usr/share/sglang-rvv/lock.json")
 WARM_CACHE = "/usr/share/sglang-rvv/inductor-warm"
@@ -50,27 +52,6 @@ class Plan:
     command: list[str]
     env: dict[str, str]
     notes: list[str] = field(default_factory=list)  # startup lines, in order
-
-
-def _cgroup_cpu_limit(root: Path) -> int | None:
-    try:
-        quota, period = (root / "cpu.max").read_text().split()  # cgroup v2
-    except (OSError, ValueError):
-        try:  # cgroup v1
-            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
-            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
-        except OSError:
-            return None
-    if not quota.isdigit() or not period.isdigit() or int(period) == 0:
-        return None  # "max" / -1: no quota
-    return -(-int(quota) // int(period))
-
-
-def usable_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
-    """CPUs in this process's affinity mask, capped by the cgroup CPU quota."""
-    cpus = len(os.sched_getaffinity(0))
-    limit = _cgroup_cpu_limit(cgroup_root)
-    return max(1, min(cpus, limit) if limit else cpus)
 
 
 def validate_model_dir(model_dir: Path) -> str:
@@ -165,7 +146,7 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     _writable_dir(cache_dir, f"mount a volume writable by uid {os.getuid()} on {cache_dir.parent}")
 
     from . import inductor_cache
-    from .server import cpu_server_args
+    from .launch.args import cpu_server_args
 
     stack_env, stack_args = stack_settings()
     for name, value in stack_env.items():

@@ -17,26 +17,21 @@ directory, so it ships and seeds with the artifacts. It carries its own stack
 is checked the same way, each time it is read: a table measured elsewhere is
 ignored and measured again, never trusted.
 
-::
-
-    python -m sglang_rvv.inductor_cache warm MODEL_DIR CACHE_DIR   # compile every key, write the manifest
-    python -m sglang_rvv.inductor_cache check CACHE_DIR MODEL_DIR  # exit 0 when the cache is usable
+The cache is built by :mod:`sglang_rvv.cache_build`, which starts a whole server.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import platform
 import shutil
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .host import cpu_model
 from .jsonfile import write_json
 
 MANIFEST = "sglang_rvv_cache_manifest.json"
@@ -71,19 +66,6 @@ def app_version() -> str:
         from . import __version__
 
         return __version__
-
-
-def cpu_model() -> str:
-    """The CPU's name from /proc/cpuinfo ("model name" on x86, "isa"/"uarch" on RISC-V)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown"
-    first_cpu = text.split("\n\n")[0]
-    fields = dict(line.split(":", 1) for line in first_cpu.splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
-    found = [fields[key] for key in ("model name", "isa", "uarch") if key in fields]
-    return "; ".join(found) or platform.processor() or "unknown"
 
 
 def _torch_stack() -> dict:
@@ -222,68 +204,3 @@ def seed(warm_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> int:
             tmp.replace(target)  # a reader never sees half an artifact
             copied += 1
     return copied
-
-
-def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout: float) -> dict:
-    """Start a server with ``--cpu-rvv-warmup`` on an empty ``cache_dir``, stop it, write the manifest."""
-    from .server import SGLangServer
-
-    cache_dir = Path(cache_dir).resolve()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    report_path = cache_dir.parent / f".{cache_dir.name}.warmup-report.json"
-    report_path.unlink(missing_ok=True)
-    print(f"warming {cache_dir} for {model_dir}: starting SGLang with --cpu-rvv-warmup "
-          "(every shape key is compiled; minutes on a slow CPU)", file=sys.stderr, flush=True)
-    began = time.monotonic()
-    server = SGLangServer(
-        model_dir, startup_timeout=timeout, log_path="-",
-        env={"TORCHINDUCTOR_CACHE_DIR": str(cache_dir)},
-        extra_args=["--enable-cpu-rvv-inductor", "--cpu-rvv-warmup", "--cpu-rvv-report-path", str(report_path)],
-    )
-    with server:
-        pass
-    report = json.loads(report_path.read_text())
-    report_path.unlink()
-    warmup = report.get("warmup")
-    if not warmup or not warmup.get("keys"):
-        raise RuntimeError(f"the server compiled no shape keys (policy report: {report.get('reason') or report})")
-    # The server's warm-up wrote the route table into its Inductor cache dir, this one.
-    routes = warmup.get("route_table") or []
-    if routes and not (cache_dir / ROUTE_TABLE).exists():
-        raise RuntimeError(f"the server measured {len(routes)} routes but wrote no {cache_dir / ROUTE_TABLE}")
-    manifest = {
-        **running_stack(model_dir),
-        "shape_keys": warmup["keys"],
-        "warmup": {k: warmup[k] for k in ("compiled", "cache_hits", "seconds")},
-        "model_dir": str(model_dir),
-        "created": int(time.time()),
-    }
-    write_json(cache_dir / MANIFEST, manifest, sort_keys=True)
-    row_major = sum(entry["route"] == "row_major" for entry in routes)
-    print(f"warm cache ready in {time.monotonic() - began:.0f} s: {len(warmup['keys'])} shape keys, "
-          f"{warmup['compiled']} compiled, {warmup['cache_hits']} already cached; route table: "
-          f"{row_major} of {len(routes)} buckets row-major", file=sys.stderr)
-    return manifest
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_rvv.inductor_cache", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    warm_cmd = commands.add_parser("warm", help="compile every shape key of MODEL_DIR into CACHE_DIR")
-    warm_cmd.add_argument("model_dir")
-    warm_cmd.add_argument("cache_dir")
-    warm_cmd.add_argument("--timeout", type=float, default=3600.0, help="seconds for the warm-up server start")
-    check_cmd = commands.add_parser("check", help="exit 0 when CACHE_DIR's manifest matches this stack")
-    check_cmd.add_argument("cache_dir")
-    check_cmd.add_argument("model_dir")
-    args = parser.parse_args(argv)
-    if args.command == "warm":
-        warm(args.model_dir, args.cache_dir, timeout=args.timeout)
-        return 0
-    state = check(args.cache_dir, args.model_dir)
-    print(state)
-    return 0 if state.warm else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@
 #   images/scripts/build-cache.sh [--force] [ARCH] [MODEL]   (defaults: host arch, models.default)
 #   SGLANG_RVV_CHECKPOINT_DIR=DIR images/scripts/build-cache.sh [--force] [ARCH]   (a checkpoint directory's image)
 #
-# 1. runs the model image once with `python -m sglang_rvv.inductor_cache warm`: SGLang starts
+# 1. runs the model image once with `python -m sglang_rvv.cache_build warm`: SGLang starts
 #    with --cpu-rvv-warmup, which compiles every shape key (projection x bucket), then stops;
 #    the cache and its manifest (torch, app, CPU capability, compiler, model config, keys)
 #    land in a host directory, at the same path the runtime later uses;
@@ -30,7 +30,7 @@ warm_cache() {
   log "warming the Inductor cache with ${model_image} (SGLang log follows)"
   podman run --rm --init --network=none --no-healthcheck \
     -v "${out}:${target}" "${model_image}" \
-    python -m sglang_rvv.inductor_cache warm /models/model "${target}" \
+    python -m sglang_rvv.cache_build warm /models/model "${target}" \
     || die "warm-up in ${model_image} failed (log above)"
 }
 

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from sglang_rvv.server import ServerError, SGLangServer
+from sglang_rvv.launch.client import ServerError
+from sglang_rvv.launch.process import SGLangServer
 
 pytestmark = pytest.mark.e2e
 

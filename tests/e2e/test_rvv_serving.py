@@ -20,7 +20,8 @@ import pytest
 
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.checkpoint import write_tiny_checkpoint
-from sglang_rvv.server import HOST, ServerError, SGLangServer
+from sglang_rvv.launch.client import ServerError
+from sglang_rvv.launch.process import HOST, SGLangServer
 from support import PROMPTS, assert_same_greedy, assert_whole_weights, generate_greedy, same_greedy
 
 FLAG = ["--enable-cpu-rvv-inductor"]

@@ -20,7 +20,7 @@ import testinfra
 from image_support import REPO, Container, emulation_missing, free_port, lock_get, run
 
 from sglang_rvv.bench.serving import linear_calls
-from sglang_rvv.server import SGLangServer
+from sglang_rvv.launch.process import SGLangServer
 from support import assert_same_greedy, generate_greedy
 
 SCRIPTS = REPO / "images" / "scripts"

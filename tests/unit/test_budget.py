@@ -1,66 +1,14 @@
-"""The memory budget: what is available, and the packed prefix that fits."""
+"""The memory budget: the packed prefix that fits (what is available: test_host.py)."""
 
 import pytest
 import torch
 
 from sglang_rvv import RvvPolicyConfig, budget, install_rvv_policy
-from sglang_rvv.budget import MIB, available_memory, plan_prefix
+from sglang_rvv.budget import MIB, plan_prefix
 from sglang_rvv.layout import packed_bytes
 from support import assert_bf16_close
 
 GIB = 1024 * MIB
-
-
-def _tree(tmp_path, files):
-    for rel, text in files.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path / "cgroup", tmp_path / "proc"
-
-
-def _meminfo(gib):
-    return f"MemTotal: 99999999 kB\nMemAvailable: {gib * 1024 * 1024} kB\n"
-
-
-def test_cgroup_v2_limit_on_a_parent_wins(tmp_path):
-    cgroup, proc = _tree(tmp_path, {
-        "proc/meminfo": _meminfo(20),
-        "proc/self/cgroup": "0::/machine/ctr\n",
-        "cgroup/machine/ctr/memory.max": "max\n",
-        "cgroup/machine/ctr/memory.current": str(1 * GIB),
-        "cgroup/machine/memory.max": str(4 * GIB),
-        "cgroup/machine/memory.current": str(3 * GIB),
-    })
-    got = available_memory(cgroup, proc)
-    assert got.bytes == 1 * GIB and got.source == "cgroup v2 /machine"
-
-
-def test_cgroup_v2_container_limit(tmp_path):
-    cgroup, proc = _tree(tmp_path, {
-        "proc/meminfo": _meminfo(20),
-        "proc/self/cgroup": "0::/\n",
-        "cgroup/memory.max": str(2 * GIB),
-        "cgroup/memory.current": str(GIB // 2),
-    })
-    assert available_memory(cgroup, proc).bytes == GIB + GIB // 2
-
-
-def test_cgroup_v1_limit_and_unlimited(tmp_path):
-    cgroup, proc = _tree(tmp_path, {
-        "proc/meminfo": _meminfo(20),
-        "proc/self/cgroup": "4:memory:/docker/x\n",
-        "cgroup/memory/memory.limit_in_bytes": str(3 * GIB),
-        "cgroup/memory/memory.usage_in_bytes": str(1 * GIB),
-    })
-    assert available_memory(cgroup, proc) == budget.Availability(2 * GIB, "cgroup v1 memory")
-    (cgroup / "memory/memory.limit_in_bytes").write_text(str(9223372036854771712))
-    assert available_memory(cgroup, proc) == budget.Availability(20 * GIB, "MemAvailable")
-
-
-def test_no_information_is_a_clear_error(tmp_path):
-    with pytest.raises(RuntimeError, match="memory_budget_mib"):
-        available_memory(tmp_path / "none", tmp_path / "none")
 
 
 def test_auto_budget_keeps_the_reserve():

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from sglang_rvv import entrypoint, inductor_cache
-from sglang_rvv.entrypoint import EXIT_USAGE, Refusal, plan, usable_cpus
+from sglang_rvv.entrypoint import EXIT_USAGE, Refusal, plan
+from sglang_rvv.host import usable_cpus
 
 
 @pytest.fixture
@@ -135,12 +136,6 @@ def test_an_unwritable_cache_dir_is_refused(tmp_path, environ):
     with pytest.raises(Refusal, match="cannot create .*mount a volume"):
         plan([], environ)
 
-
-def test_usable_cpus_honours_the_cgroup_quota(tmp_path):
-    (tmp_path / "cpu.max").write_text("150000 100000\n")
-    assert usable_cpus(tmp_path) == min(2, len(os.sched_getaffinity(0)))
-    (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert usable_cpus(tmp_path) == len(os.sched_getaffinity(0))
 
 
 def test_the_image_stack_settings_reach_sglang(tmp_path, environ, monkeypatch):

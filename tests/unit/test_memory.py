@@ -32,7 +32,10 @@ def test_rss_growth_matches_packed_bytes():
     # A fixed mmap threshold makes glibc return every freed buffer to the OS at
     # once; its default dynamic threshold may park one freed buffer in the heap,
     # which shows up as RSS without being a live copy.
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]), MALLOC_MMAP_THRESHOLD_="1048576")
+    # PYTHONPATH: support.py, and this tree's app ahead of whichever one the venv has installed.
+    tests = Path(__file__).parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), str(tests.parent / "app")]),
+               MALLOC_MMAP_THRESHOLD_="1048576")
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True, env=env)
     m = json.loads(out.stdout.strip().splitlines()[-1])
     print(m)

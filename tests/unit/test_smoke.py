@@ -9,11 +9,13 @@ import sys
 import pytest
 import torch
 
-from sglang_rvv import PolicyReport, RvvPolicyConfig, install_rvv_policy, smoke
+from sglang_rvv import PolicyReport, RvvPolicyConfig, install_rvv_policy
 from sglang_rvv.adapters import hf_named_adapter
 from sglang_rvv.checkpoint import write_tiny_checkpoint
 from sglang_rvv.packed_state import BUFFER
 from sglang_rvv.policy import policy_of
+from sglang_rvv.smoke import cli, decoder, reader
+from sglang_rvv.smoke.comparison import DECODE_STEPS, MIN_SQNR_DB, PROMPTS, compare
 
 # Importing any of these fails in the smoke's subprocess: it must need torch alone.
 BLOCKED = ("transformers", "safetensors", "sglang", "tokenizers")
@@ -31,7 +33,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
     code = (
         "import sys\n"
         f"for name in {BLOCKED!r}: sys.modules[name] = None\n"
-        "from sglang_rvv.smoke import main\n"
+        "from sglang_rvv.smoke.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600)
@@ -48,9 +50,9 @@ def test_cli_passes_without_transformers(checkpoint):
     assert len(result["policy"]["packed"]) == 11 and len(result["policy"]["skipped"]) == 4  # k/v: N=256
     assert set(result["routes"]["packed_eager"]) == {"1", "4", "8", "16"}  # decode, batch 3, prefill 5 and 15
     comparison = result["comparison"]
-    assert comparison["picks"] == 4 * (smoke.DECODE_STEPS + 1) and comparison["equal_picks"] == comparison["picks"]
+    assert comparison["picks"] == 4 * (DECODE_STEPS + 1) and comparison["equal_picks"] == comparison["picks"]
     # strict JSON: bit-identical logits (the eager generic kernel on x86) give the string "inf"
-    assert all(db == "inf" or db >= smoke.MIN_SQNR_DB for db in comparison["prefill_sqnr_db"].values())
+    assert all(db == "inf" or db >= MIN_SQNR_DB for db in comparison["prefill_sqnr_db"].values())
 
 
 def test_cli_text_report(checkpoint):
@@ -64,10 +66,10 @@ def test_cli_text_report(checkpoint):
 
 def test_decoder_is_transformers_bit_for_bit(checkpoint):
     transformers = pytest.importorskip("transformers")
-    ours = smoke.load_model(checkpoint)
+    ours = decoder.load_model(checkpoint)
     theirs = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
-    ids = torch.tensor(smoke.PROMPTS)
-    cache = smoke.KVCache(ours.config.num_hidden_layers)
+    ids = torch.tensor(PROMPTS)
+    cache = decoder.KVCache(ours.config.num_hidden_layers)
     with torch.no_grad():
         prefill = ours(ids, cache)
         step = prefill[:, -1].argmax(-1, keepdim=True)
@@ -82,21 +84,21 @@ def test_decoder_is_transformers_bit_for_bit(checkpoint):
 def test_reader_matches_safetensors(checkpoint):
     safetensors_torch = pytest.importorskip("safetensors.torch")
     theirs = safetensors_torch.load_file(checkpoint / "model.safetensors")
-    ours = smoke.read_safetensors(checkpoint / "model.safetensors")
+    ours = reader.read_safetensors(checkpoint / "model.safetensors")
     assert ours.keys() == theirs.keys()
     for name, tensor in theirs.items():
         assert ours[name].dtype == tensor.dtype and torch.equal(ours[name], tensor), name
 
 
 def test_corrupted_packed_buffer_fails(checkpoint):
-    reference = smoke.load_model(checkpoint)
+    reference = decoder.load_model(checkpoint)
     candidate = copy.deepcopy(reference)
     report = install_rvv_policy(candidate, RvvPolicyConfig(regional_compile=False), adapter=hf_named_adapter())
     assert "lm_head" in report.packed
     # The weight is untouched, so the recorded source still matches: the stale buffer is used.
     candidate.lm_head._buffers[BUFFER].neg_()
 
-    result = smoke.compare(reference, candidate)
+    result = compare(reference, candidate)
 
     assert not result.passed
     assert any(f.startswith("prefill batch 1: logits SQNR") for f in result.failures), result.failures
@@ -106,20 +108,20 @@ def test_corrupted_packed_buffer_fails(checkpoint):
 
 def test_policy_failures_need_the_packed_route():
     report = PolicyReport(adapter="hf_named", packed=["lm_head"])
-    assert smoke.policy_failures(report, {"packed_eager": {"1": 3, "4": 1}}, regional_compile=False) == []
-    (failure,) = smoke.policy_failures(report, {"packed_eager": {"1": 3}}, regional_compile=False)
+    assert cli.policy_failures(report, {"packed_eager": {"1": 3, "4": 1}}, regional_compile=False) == []
+    (failure,) = cli.policy_failures(report, {"packed_eager": {"1": 3}}, regional_compile=False)
     assert "route packed_eager was not taken with bucket(s) 4" in failure
-    (failure,) = smoke.policy_failures(report, {"packed_eager": {"1": 3, "4": 1}}, regional_compile=True)
+    (failure,) = cli.policy_failures(report, {"packed_eager": {"1": 3, "4": 1}}, regional_compile=True)
     assert "packed_compiled" in failure
-    (failure,) = smoke.policy_failures(PolicyReport(adapter=None, reason="why"), {}, False)
+    (failure,) = cli.policy_failures(PolicyReport(adapter=None, reason="why"), {}, False)
     assert failure == "the policy was not installed: why"
 
 
 def test_unsupported_model_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mistral"}))
-    assert smoke.main([str(tmp_path)]) == 2
+    assert cli.main([str(tmp_path)]) == 2
     assert "model_type 'mistral' is not one of" in capsys.readouterr().err
-    assert smoke.main([str(tmp_path / "missing")]) == 2
+    assert cli.main([str(tmp_path / "missing")]) == 2
 
 
 def test_hf_named_adapter_install_api(checkpoint):
@@ -127,7 +129,7 @@ def test_hf_named_adapter_install_api(checkpoint):
     report = install_rvv_policy(plain, adapter=hf_named_adapter())
     assert report.adapter is None and report.reason.startswith("adapter 'hf_named' does not fit Sequential")
 
-    model = smoke.load_model(checkpoint)
+    model = decoder.load_model(checkpoint)
     assert install_rvv_policy(model, RvvPolicyConfig(regional_compile=False)).adapter is None  # no class match
     config = RvvPolicyConfig(regional_compile=False)
     assert install_rvv_policy(model, config, adapter=hf_named_adapter()).adapter == "hf_named"

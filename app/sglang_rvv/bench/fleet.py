@@ -26,7 +26,7 @@ import urllib.error
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..server import HOST, SGLangServer, free_port
+from ..launch.process import HOST, SGLangServer, free_port
 from . import client
 from .meta import fleet_provenance
 from .progress import Progress

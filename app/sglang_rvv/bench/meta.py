@@ -16,8 +16,9 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from ..entrypoint import IMAGE_LOCK, usable_cpus
-from ..inductor_cache import app_version, cpu_model
+from ..entrypoint import IMAGE_LOCK
+from ..host import cpu_model, usable_cpus
+from ..inductor_cache import app_version
 from .client import get_json
 
 REPO = Path(__file__).resolve().parents[3]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ..checkpoint import write_tiny_checkpoint
-from ..server import CPU_ENV, cpu_server_args
+from ..launch.args import CPU_ENV, cpu_server_args
 from ..tiny import REAL_SHAPES
 from .client import INPUT_LEN, OUTPUT_LEN
 

@@ -23,8 +23,8 @@ import numpy as np
 from sglang.srt.plugins import load_plugins
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from ..host import peak_rss_bytes, reset_peak_rss
 from ..srt.plugin import RUNNER
-from .serving import peak_rss_bytes
 
 SYNTHETIC_ID_BOUND = 10000  # one_batch's np.random.randint(0, 10000, ...)
 
@@ -62,7 +62,7 @@ class _MemoryMarks:
 
     def after_load_model(self, result, *args, **kwargs):
         self.load_peak_mib = _peak_rss_mib()
-        Path("/proc/self/clear_refs").write_text("5")
+        reset_peak_rss()
         return result
 
     def write(self, path: Path) -> None:

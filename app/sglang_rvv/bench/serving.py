@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 
-from ..server import SGLangServer
+from ..host import peak_rss_bytes
+from ..launch.process import SGLangServer
 from .client import INPUT_LEN, generate, timings
 
 _CALLS = re.compile(r'^sglang_rvv_linear_calls_total\{(.*)\} ([0-9.e+]+)$')
@@ -46,12 +47,6 @@ def linear_calls(server: SGLangServer) -> dict[str, float]:
 
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {key: after[key] - before.get(key, 0.0) for key in sorted(after) if after[key] != before.get(key, 0.0)}
-
-
-def peak_rss_bytes(pid: int | str = "self") -> int | None:
-    """A process's peak RSS (VmHWM), or None where the kernel does not report it."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), None)
 
 
 def tree_memory(pid: int) -> dict:

@@ -39,9 +39,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..entrypoint import usable_cpus
+from ..host import usable_cpus
 from ..inductor_cache import STATE_ENV
-from ..server import SGLangServer
+from ..launch.process import SGLangServer
 from ..tiny import REAL_SHAPES
 from . import client, fleet, hf_generate, one_batch, results, serving
 from .meta import provenance

@@ -1,4 +1,4 @@
-"""Launch an SGLang CPU server as a subprocess, for tests, benchmarks and local serving.
+"""Launch an SGLang CPU server as a subprocess, for tests, benchmarks and the cache build.
 
 ::
 
@@ -6,24 +6,16 @@
         reply = server.completion("Hello", max_tokens=8)
 
 The server runs ``python -m sglang.launch_server`` with the CPU defaults of
-:func:`cpu_server_args` and ``SGLANG_USE_CPU_ENGINE=1`` on 127.0.0.1 only, in a
-process group of its own; :meth:`SGLangServer.stop` signals that whole group
-(SIGTERM, then SIGKILL after a grace period), so no scheduler or detokenizer
-process outlives it. The rest of the environment is inherited (a shared
-``TORCHINDUCTOR_CACHE_DIR`` included). HTTP uses only ``urllib``.
-
-From the command line, a foreground server with the same defaults; arguments
-after the model directory that this module does not know go to SGLang::
-
-    python -m sglang_rvv.server MODEL_DIR [--port 30000] [--max-total-tokens 4096] [SGLANG ARGS...]
+:func:`~sglang_rvv.launch.args.cpu_server_args` and ``SGLANG_USE_CPU_ENGINE=1`` on
+127.0.0.1 only, in a process group of its own; :meth:`SGLangServer.stop` signals that whole
+group (SIGTERM, then SIGKILL after a grace period), so no scheduler or detokenizer process
+outlives it. The rest of the environment is inherited (a shared ``TORCHINDUCTOR_CACHE_DIR``
+included). Its HTTP requests are :class:`~sglang_rvv.launch.client.ServerClient`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import http.client
-import json
 import os
 import signal
 import socket
@@ -36,36 +28,15 @@ import urllib.request
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+
+from .args import CPU_ENV, DEFAULT_MAX_TOTAL_TOKENS, cpu_server_args
+from .client import ServerClient, ServerError
 
 HOST = "127.0.0.1"
-# The KV cache budget in tokens. SGLang's default sizes it from free memory
-# (~14 GB on a 24 GiB machine); a small fixed pool keeps startup and RSS small.
-DEFAULT_MAX_TOTAL_TOKENS = 4096
 DEFAULT_STARTUP_TIMEOUT = 300.0
 DEFAULT_STOP_GRACE = 20.0
-CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 INHERIT_OUTPUT = "-"  # log_path value: the server writes to this process's stdout/stderr
 _PR_SET_PDEATHSIG = 1
-
-
-class ServerError(RuntimeError):
-    """The server failed to start, died, or answered a request with an error."""
-
-
-def cpu_server_args(max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS) -> list[str]:
-    """SGLang arguments for bf16 serving on CPU (add ``--model-path``, ``--host``, ``--port``).
-
-    ``--sleep-on-idle``: without it an idle scheduler busy-polls a whole core
-    (measured here: ~94 %), which the model's own threads then lose.
-    """
-    return [
-        "--device", "cpu",
-        "--dtype", "bfloat16",
-        "--attention-backend", "torch_native",
-        "--max-total-tokens", str(max_total_tokens),
-        "--sleep-on-idle",
-    ]
 
 
 def free_port() -> int:
@@ -114,7 +85,7 @@ def _die_with_parent_hook():
     return hook
 
 
-class SGLangServer:
+class SGLangServer(ServerClient):
     """One ``sglang.launch_server`` process group on 127.0.0.1; a context manager.
 
     ``extra_args`` are appended to the SGLang command line (they may override the
@@ -266,49 +237,11 @@ class SGLangServer:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    # -- HTTP --------------------------------------------------------------
-
-    def _request(self, path: str, body: Any = None, timeout: float = 120.0) -> bytes:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url + path, data=data, headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
-            raise ServerError(f"{request.get_method()} {path} -> HTTP {exc.code}: {detail}") from exc
-        except (ConnectionError, http.client.HTTPException) as exc:
-            # A dropped connection says nothing by itself: name whether the server is still
-            # up and quote its log, where a crash of the scheduler is explained.
-            code = self.process.poll() if self.process else None
-            state = ("not started here" if self.process is None
-                     else "still running" if code is None else f"exited with code {code}")
-            raise ServerError(
-                f"{request.get_method()} {path}: {type(exc).__name__}: {exc} (server {state})\n"
-                f"log {self.log_path}:\n{_tail(self.log_path)}"
-            ) from exc
-
-    def get(self, path: str, timeout: float = 30.0) -> Any:
-        """``GET path``; the decoded JSON, or the text if the body is not JSON."""
-        raw = self._request(path, timeout=timeout)
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode(errors="replace")
-
-    def post(self, path: str, body: Any, timeout: float = 120.0) -> Any:
-        """``POST path`` with a JSON body; the decoded JSON reply."""
-        return json.loads(self._request(path, body, timeout=timeout))
-
-    def completion(
-        self, prompt: str | Sequence, max_tokens: int, temperature: float = 0.0, timeout: float = 120.0, **kw
-    ) -> dict:
-        """``POST /v1/completions``; extra keywords (``ignore_eos``, ``stop``, ...) go into the body."""
-        body = {"model": self.model_path, "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": temperature, **kw}
-        return self.post("/v1/completions", body, timeout=timeout)
+    def _failure_context(self) -> str:
+        code = self.process.poll() if self.process else None
+        state = ("not started here" if self.process is None
+                 else "still running" if code is None else f"exited with code {code}")
+        return f" (server {state})\nlog {self.log_path}:\n{_tail(self.log_path)}"
 
 
 def _signal_group(group: int, sig: int) -> None:
@@ -352,53 +285,3 @@ def _wait_group_gone(group: int, timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m sglang_rvv.server",
-        description="Serve MODEL_DIR with SGLang on CPU (127.0.0.1). Unknown arguments go to SGLang.",
-    )
-    parser.add_argument("model_dir", help="checkpoint directory (config, weights, tokenizer)")
-    parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--max-total-tokens", type=int, default=DEFAULT_MAX_TOTAL_TOKENS)
-    parser.add_argument("--startup-timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT)
-    parser.add_argument("--log", default=INHERIT_OUTPUT, help="server log file (default: this terminal)")
-    args, extra = parser.parse_known_args(argv)
-    extra = [a for a in extra if a != "--"]
-
-    def terminate(signum, frame):
-        raise KeyboardInterrupt
-
-    # Ctrl-C, and SIGTERM from `docker stop` and friends, stop the server. Set explicitly:
-    # a shell starts background jobs with SIGINT ignored, which Python would keep.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, terminate)
-    server = SGLangServer(
-        args.model_dir, port=args.port, extra_args=extra, log_path=args.log,
-        startup_timeout=args.startup_timeout, max_total_tokens=args.max_total_tokens,
-    )
-    try:
-        server.start()
-        print(
-            f"\nsglang_rvv: serving {args.model_dir} at {server.base_url} "
-            f"(ready in {server.startup_seconds:.1f} s; Ctrl-C stops)\n"
-            f"  curl {server.base_url}/v1/completions -H 'Content-Type: application/json' \\\n"
-            f"    -d '{{\"prompt\": \"Hello\", \"max_tokens\": 16, \"temperature\": 0}}'\n",
-            flush=True,
-        )
-        code = server.process.wait()
-        print(f"sglang_rvv: server exited with code {code}", file=sys.stderr)
-        return code or 1
-    except ServerError as exc:
-        print(f"sglang_rvv: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\nsglang_rvv: stopping", file=sys.stderr)
-        return 0
-    finally:
-        server.stop()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The test-and-bench client of sglang_rvv.server: what a failing request reports."""
+"""The test-and-bench client of sglang_rvv.launch: what a failing request reports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from sglang_rvv.server import ServerError, SGLangServer
+from sglang_rvv.launch.client import ServerError
+from sglang_rvv.launch.process import SGLangServer
 
 
 def test_a_dropped_connection_names_the_request_and_quotes_the_server_log(tmp_path):

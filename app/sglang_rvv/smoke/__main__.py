@@ -1,0 +1,8 @@
+"""``python -m sglang_rvv.smoke MODEL_DIR [--compile] [--json]``."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
