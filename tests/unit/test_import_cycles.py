@@ -89,3 +89,20 @@ def test_no_import_cycle_among_the_apps_modules():
     modules = _modules()
     graph = {module: _imports(module, path, modules) for module, path in modules.items()}
     assert _cycles(graph) == []
+
+
+def test_the_entrypoint_imports_no_harness():
+    """The container entrypoint runs at every start: it needs the SGLang arguments, not the
+    supervisor, the client, the cache build, the benchmarks or the smoke."""
+    modules = _modules()
+    graph = {module: _imports(module, path, modules) for module, path in modules.items()}
+    reached, todo = set(), ["sglang_rvv.entrypoint"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph[module])
+    assert "sglang_rvv.launch.args" in reached
+    harness = ("sglang_rvv.launch.process", "sglang_rvv.launch.client", "sglang_rvv.cache_build",
+               "sglang_rvv.bench", "sglang_rvv.smoke")
+    assert sorted(m for m in reached if m.startswith(harness)) == []
