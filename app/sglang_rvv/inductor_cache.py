@@ -13,9 +13,7 @@ config fixes, never on weight values.
 
 The warm-up's measured route table (:data:`ROUTE_TABLE`) lives in the same
 directory, so it ships and seeds with the artifacts. It carries its own stack
-(the CPU model, op provider and thread count on top of torch and the ISA) and
-is checked the same way, each time it is read: a table measured elsewhere is
-ignored and measured again, never trusted.
+and is checked the same way, each time it is read (:mod:`sglang_rvv.route_table`).
 
 The cache is built by :mod:`sglang_rvv.cache_build`, which starts a whole server.
 """
@@ -37,9 +35,6 @@ from .jsonfile import write_json
 MANIFEST = "sglang_rvv_cache_manifest.json"
 SCHEMA = 1
 ROUTE_TABLE = "sglang_rvv_route_table.json"
-ROUTE_TABLE_SCHEMA = 1
-ROUTE_TABLE_FIELDS = ("projection", "bucket", "out_features", "in_features", "packed_us", "row_major_us", "route")
-ROUTE_CHOICES = ("packed", "row_major")
 # Set by the container entrypoint to artifact-warm/-cold; the plugin copies it into the policy report.
 STATE_ENV = "SGLANG_RVV_CACHE_STATE"
 # Manifest fields that describe the cache but do not decide whether it is usable.
@@ -92,21 +87,6 @@ def running_stack(model_dir: str | os.PathLike) -> dict:
     }
 
 
-def route_table_stack() -> dict:
-    """What a route table must have been measured on to be used here."""
-    import torch
-
-    from .ops import PROVIDER_NAME
-
-    return {
-        "schema": ROUTE_TABLE_SCHEMA,
-        **_torch_stack(),
-        "cpu_model": cpu_model(),
-        "provider": PROVIDER_NAME,
-        "threads": torch.get_num_threads(),
-    }
-
-
 def _read_object(path: Path) -> dict:
     """The JSON object in ``path``; raises OSError or ValueError."""
     value = json.loads(path.read_text())
@@ -145,43 +125,6 @@ def check(cache_dir: str | os.PathLike, model_dir: str | os.PathLike) -> CacheSt
         return CacheState(False, "prewarmed cache rejected, " + "; ".join(differ))
     keys = manifest.get("shape_keys") or []
     return CacheState(True, f"prewarmed cache of {len(keys)} shape keys matches this stack")
-
-
-def _check_entries(entries) -> None:
-    if not isinstance(entries, list):
-        raise ValueError("'entries' is not a list")
-    for entry in entries:
-        if not isinstance(entry, dict) or not set(ROUTE_TABLE_FIELDS) <= entry.keys():
-            raise ValueError(f"an entry lacks one of {ROUTE_TABLE_FIELDS}: {entry!r}")
-        if entry["route"] not in ROUTE_CHOICES:
-            raise ValueError(f"an entry's route is {entry['route']!r}, not one of {ROUTE_CHOICES}")
-
-
-def read_route_table(cache_dir: str | os.PathLike) -> tuple[list[dict], str | None]:
-    """The entries of ``cache_dir``'s route table, and why they were rejected (``None`` if not).
-
-    An absent table is no entries and no rejection; an unreadable one, or one
-    measured on another stack, is no entries and the reason.
-    """
-    path = Path(cache_dir) / ROUTE_TABLE
-    if not path.exists():
-        return [], None
-    try:
-        table = _read_object(path)
-        _check_entries(table.get("entries"))
-    except (OSError, ValueError) as error:
-        return [], f"{path} is unreadable ({error})"
-    differ = _differences(table, route_table_stack())
-    if differ:
-        return [], f"{path} was measured on another stack: " + "; ".join(differ)
-    return table["entries"], None
-
-
-def write_route_table(cache_dir: str | os.PathLike, entries: list[dict]) -> Path:
-    path = Path(cache_dir) / ROUTE_TABLE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {**route_table_stack(), "entries": entries}, sort_keys=True)
-    return path
 
 
 def seed(warm_dir: str | os.PathLike, cache_dir: str | os.PathLike) -> int:

@@ -21,6 +21,7 @@ from . import budget, layout, packed_state, routing
 from .adapters import Adapter, resolve_adapter
 from .config import RvvPolicyConfig
 from .ops import PROVIDER_NAME, PROVIDER_REASON
+from .route_table import RouteTable
 
 log = logging.getLogger("sglang_rvv")
 POLICY_ATTR = "_sglang_rvv_policy"
@@ -84,13 +85,9 @@ class RvvPolicy:
         return self.context.counters
 
     @property
-    def measured_row_major(self) -> set[routing.RegionalShapeKey]:
-        """Shape keys the warm-up's route table sends row-major (see RouteContext)."""
-        return self.context.measured_row_major
-
-    @measured_row_major.setter
-    def measured_row_major(self, keys: set[routing.RegionalShapeKey]) -> None:
-        self.context.measured_row_major = keys
+    def route_table(self) -> RouteTable:
+        """The warm-up's measured route table (see RouteContext)."""
+        return self.context.table
 
     def _entries(self):
         model = self._model()
@@ -135,9 +132,9 @@ class RvvPolicy:
             reason = routing.static_gate(kind, module.weight, getattr(module, "bias", None))
             if reason is None and config.packed_weight_mode == "off":
                 reason = "packed_weight_mode=off"
-                route.status = routing.ROW_MAJOR_ONLY if config.regional_compile else routing.GATE
+                route.status = routing.Status.ROW_MAJOR_ONLY if config.regional_compile else routing.Status.GATE
             elif reason is not None:
-                route.status = routing.GATE
+                route.status = routing.Status.GATE
             plan.append((name, module, route, reason))
 
         eligible = [(n, m, r) for n, m, r, reason in plan if reason is None]
@@ -151,7 +148,7 @@ class RvvPolicy:
         if fit < len(eligible):
             cut, used = eligible[fit][0], sum(sizes[:fit])
             for (name, _, route), size in zip(eligible[fit:], sizes[fit:], strict=True):
-                route.status = routing.BUDGET
+                route.status = routing.Status.BUDGET
                 report.skipped[name] = (
                     f"budget: {size / MIB:.1f} MiB past the cut at {cut} "
                     f"({used / MIB:.1f} of {budget_bytes / MIB:.1f} MiB used)"
@@ -164,7 +161,7 @@ class RvvPolicy:
             if name not in chosen_names or packed_state.valid_packed(module, module.weight) is None:
                 packed_state.release(module)
         for name, module, route in chosen:
-            route.status = routing.PACKED
+            route.status = routing.Status.PACKED
             if not packed_state.has_packed(module):
                 packed_state.attach(module, module.weight)
             report.packed.append(name)
@@ -180,9 +177,9 @@ class RvvPolicy:
             self.reconcile()
             return
         route = module.__dict__[routing.ROUTE_ATTR]
-        if route.status == routing.PACKED:
+        if route.status == routing.Status.PACKED:
             packed_state.release(module)
-            route.status = routing.INVALID
+            route.status = routing.Status.INVALID
         route.source = packed_state.PackedWeightSource.capture(weight)
 
     def invalidate(self, repack: bool | None = None) -> PolicyReport:
@@ -193,8 +190,8 @@ class RvvPolicy:
             return self.reconcile()
         for _, module, _ in entries:
             route = module.__dict__.get(routing.ROUTE_ATTR)
-            if route is not None and route.status == routing.PACKED:
-                route.status = routing.INVALID
+            if route is not None and route.status == routing.Status.PACKED:
+                route.status = routing.Status.INVALID
         return self.report
 
 

@@ -1,15 +1,19 @@
-"""Which kernel serves a Linear call: buckets, the shape gate, shape keys.
+"""Which kernel serves a Linear call: buckets, the shape gate, shape keys, the decision.
 
 Every routed projection call lands in :meth:`ModuleRoute.__call__`. It maps the
-flattened row count M to a bucket, checks the gate, and runs either a packed
-callable for the bucket (zero-padding M up to the bucket, slicing after) or
-row-major ``F.linear``, which also serves the buckets where the warm-up's
-measured route table found the packed callable slower (see
-:mod:`sglang_rvv.warmup`). Each call is counted by (projection, route, bucket).
+flattened row count M to a bucket and asks :func:`decide` for the route: a
+packed callable for the bucket (zero-padding M up to the bucket, slicing
+after), or row-major ``F.linear``, which also serves the buckets where the
+warm-up's measured route table found the packed callable slower (see
+:mod:`sglang_rvv.route_table`). :func:`decide` is pure, so the warm-up asks
+it too, for the keys to compile. The caller counts each call by
+(projection, route, bucket).
 """
 
 from __future__ import annotations
 
+import enum
+import math
 import types
 import weakref
 from collections import Counter
@@ -21,6 +25,7 @@ import torch.nn.functional as F
 
 from . import packed_state
 from .ops import packed_bf16_linear
+from .route_table import RouteTable, Shape
 
 if TYPE_CHECKING:
     from .config import RvvPolicyConfig
@@ -32,22 +37,41 @@ MIN_FEATURES = 1024
 MIN_WORK = 1_000_000  # M * N * K below this is not worth a kernel switch
 SMALL_BATCH_BUCKETS = (2, 4, 8, 16)
 PREFILL_BUCKETS = (16, 32, 64, 128)
+NO_BUCKET = "none"  # the bucket label of a call no bucket serves
 
-PACKED_COMPILED = "packed_compiled"
-PACKED_EAGER = "packed_eager"
-ROW_MAJOR_COMPILED = "row_major_compiled"  # regional compile with packing off
-ROW_MAJOR_GATE = "row_major_gate"
-ROW_MAJOR_INVALID = "row_major_invalid"
-ROW_MAJOR_BUDGET = "row_major_budget"
-ROW_MAJOR_MEASURED = "row_major_measured"  # the measured route table found packed slower here
-ROUTES = (
-    PACKED_COMPILED, PACKED_EAGER, ROW_MAJOR_COMPILED,
-    ROW_MAJOR_GATE, ROW_MAJOR_INVALID, ROW_MAJOR_BUDGET, ROW_MAJOR_MEASURED,
-)
-NO_BUCKET = "none"
 
-EXPLICIT_PACKED = "explicit_packed"
-ROW_MAJOR = "row_major"
+class Route(enum.StrEnum):
+    """The route a call took: the middle of its counter key, and a Prometheus label."""
+
+    PACKED_COMPILED = "packed_compiled"
+    PACKED_EAGER = "packed_eager"
+    ROW_MAJOR_COMPILED = "row_major_compiled"  # regional compile with packing off
+    ROW_MAJOR_GATE = "row_major_gate"
+    ROW_MAJOR_INVALID = "row_major_invalid"
+    ROW_MAJOR_BUDGET = "row_major_budget"
+    ROW_MAJOR_MEASURED = "row_major_measured"  # the measured route table found packed slower here
+
+
+class Status(enum.StrEnum):
+    """What the policy's plan made of a module's weight (ModuleRoute.status)."""
+
+    PACKED = "packed"            # owns a packed buffer
+    BUDGET = "budget"            # eligible, but past the memory budget
+    GATE = "gate"                # can never take the packed route (static gate)
+    INVALID = "invalid"          # its buffer went stale while eager_repack was off
+    ROW_MAJOR_ONLY = "row_major"  # packing off, regional compile on
+
+
+class Mode(enum.StrEnum):
+    """Which operand a compiled callable multiplies by: the packed buffer or the weight itself."""
+
+    EXPLICIT_PACKED = "explicit_packed"
+    ROW_MAJOR = "row_major"
+
+
+# Names that code outside the routing redesign still reads (bench.linear, tests/support.py).
+EXPLICIT_PACKED = Mode.EXPLICIT_PACKED
+PACKED = Status.PACKED
 
 
 def bucket_rows(rows: int, *, small_batch: bool, projection: str) -> int | None:
@@ -101,7 +125,59 @@ class RegionalShapeKey(NamedTuple):
     rows: int
     out_features: int
     in_features: int
-    mode: str
+    mode: Mode
+
+    @property
+    def shape(self) -> Shape:
+        """What the route table knows this key by."""
+        return Shape(self.projection, self.rows, self.out_features, self.in_features)
+
+
+class Decision(NamedTuple):
+    route: Route
+    bucket: int | None
+    # The shape key the call reached: the compiled callable's, or for row_major_measured the
+    # one the table measured; None for the other row-major routes and for packed_eager.
+    key: RegionalShapeKey | None
+
+
+def can_serve(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a compiled or packed kernel may serve this call at all: a bfloat16 CPU input
+    of the weight's in_features, outside autograd (row-major F.linear keeps autograd working)."""
+    return (
+        input.device.type == "cpu"
+        and input.dtype == torch.bfloat16
+        and (input.shape[-1] if input.dim() else 0) == weight.shape[-1]
+        and not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
+    )
+
+
+def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, table: RouteTable, *,
+           weight_shape: tuple[int, ...], servable: bool) -> Decision:
+    """The route of a call of ``rows`` rows to a ``projection`` whose weight has ``status``.
+
+    ``status`` is the weight's as of this call: a packed one whose buffer no longer reflects
+    the weight is INVALID. ``servable`` is :func:`can_serve` of the call. The shape key is
+    bfloat16 and CPU because nothing else passes the gate.
+    """
+    bucket = bucket_rows(rows, small_batch=config.small_batch, projection=projection)
+    if status == Status.GATE or bucket is None or not servable or rows * math.prod(weight_shape) < MIN_WORK:
+        return Decision(Route.ROW_MAJOR_GATE, bucket, None)
+    if status == Status.BUDGET:
+        return Decision(Route.ROW_MAJOR_BUDGET, bucket, None)
+    if status == Status.INVALID:
+        return Decision(Route.ROW_MAJOR_INVALID, bucket, None)
+    if status == Status.ROW_MAJOR_ONLY:
+        route, mode = Route.ROW_MAJOR_COMPILED, Mode.ROW_MAJOR
+    elif config.regional_compile:
+        route, mode = Route.PACKED_COMPILED, Mode.EXPLICIT_PACKED
+    else:
+        return Decision(Route.PACKED_EAGER, bucket, None)
+    key = RegionalShapeKey(torch.bfloat16, "cpu", projection, bucket, weight_shape[0], weight_shape[-1], mode)
+    # The table measures packed keys only.
+    if mode == Mode.EXPLICIT_PACKED and config.measure_routes and table.sends_row_major(key.shape):
+        return Decision(Route.ROW_MAJOR_MEASURED, bucket, key)
+    return Decision(route, bucket, key)
 
 
 def _packed_rows(input: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
@@ -110,10 +186,6 @@ def _packed_rows(input: torch.Tensor, packed: torch.Tensor, out_features: int) -
 
 def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
     return F.linear(input, weight)
-
-
-# Process-wide: a key fully determines the artifact, so models and policies share them.
-_COMPILED: dict[RegionalShapeKey, Callable] = {}
 
 
 def _own_code(template: Callable, name: str) -> Callable:
@@ -127,18 +199,30 @@ def _own_code(template: Callable, name: str) -> Callable:
     return types.FunctionType(code, template.__globals__, name, template.__defaults__)
 
 
-def compiled_callable(key: RegionalShapeKey) -> Callable:
-    fn = _COMPILED.get(key)
-    if fn is None:
-        body = _packed_rows if key.mode == EXPLICIT_PACKED else _row_major_rows
-        name = f"rvv_{key.projection}_m{key.rows}_{key.out_features}x{key.in_features}_{key.mode}"
-        fn = torch.compile(_own_code(body, name), dynamic=False, fullgraph=True)
-        _COMPILED[key] = fn
-    return fn
+class CompiledCallables:
+    """One ``torch.compile``d callable per shape key, compiled on its first use."""
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self):
+        self._by_key: dict[RegionalShapeKey, Callable] = {}
+
+    def get(self, key: RegionalShapeKey) -> Callable:
+        fn = self._by_key.get(key)
+        if fn is None:
+            body = _packed_rows if key.mode == Mode.EXPLICIT_PACKED else _row_major_rows
+            name = f"rvv_{key.projection}_m{key.rows}_{key.out_features}x{key.in_features}_{key.mode}"
+            fn = torch.compile(_own_code(body, name), dynamic=False, fullgraph=True)
+            self._by_key[key] = fn
+        return fn
+
+    def keys(self) -> list[RegionalShapeKey]:
+        return list(self._by_key)
 
 
-def compiled_keys() -> list[RegionalShapeKey]:
-    return list(_COMPILED)
+# Process-wide: a key fully determines the artifact, so models and policies share them.
+COMPILED = CompiledCallables()
+compiled_callable = COMPILED.get  # for callers outside a policy (bench.linear)
 
 
 class Counters(Counter):
@@ -151,26 +235,20 @@ class Counters(Counter):
         return totals
 
 
-# What the policy decided for a module (ModuleRoute.status).
-PACKED = "packed"            # owns a packed buffer
-BUDGET = "budget"            # eligible, but past the memory budget
-GATE = "gate"                # can never take the packed route (static gate)
-INVALID = "invalid"          # its buffer went stale while eager_repack was off
-ROW_MAJOR_ONLY = "row_major"  # packing off, regional compile on
-
-
 class RouteContext:
     """What every route of one policy shares, and all a route knows of it: the config, the
-    call counters, the shape keys the measured route table sends row-major, and whom to tell
-    that a weight changed (``on_stale(module, weight)``, which re-plans the route)."""
+    call counters, the measured route table, the compiled callables, and whom to tell that
+    a weight changed (``on_stale(module, weight)``, which re-plans the route)."""
 
-    __slots__ = ("config", "counters", "measured_row_major", "on_stale")
+    __slots__ = ("config", "counters", "table", "compiled", "on_stale")
 
-    def __init__(self, config: RvvPolicyConfig, on_stale: Callable[[torch.nn.Module, torch.Tensor], None]):
+    def __init__(self, config: RvvPolicyConfig, on_stale: Callable[[torch.nn.Module, torch.Tensor], None],
+                 compiled: CompiledCallables = COMPILED):
         self.config = config
         self.counters = Counters()
         # Shape-based, so re-plans and repacks keep it; only a new warm-up replaces it.
-        self.measured_row_major: set[RegionalShapeKey] = set()
+        self.table = RouteTable()
+        self.compiled = compiled
         self.on_stale = on_stale
 
 
@@ -190,7 +268,7 @@ class ModuleRoute:
     def __init__(self, context: RouteContext, projection: str):
         self.context = context
         self.projection = projection
-        self.status = GATE  # until the policy's plan says otherwise
+        self.status = Status.GATE  # until the policy's plan says otherwise
         self.source: packed_state.PackedWeightSource | None = None
         self.memo: RowMajorMemo | None = None
 
@@ -203,45 +281,40 @@ class ModuleRoute:
                 return F.linear(input, weight, bias)
         return self._route(module, input, weight, bias)
 
+    def current_status(self, module: torch.nn.Module, weight: torch.Tensor) -> tuple[Status, torch.Tensor | None]:
+        """The weight's status as of now, and its packed buffer if it has a usable one.
+
+        A weight that changed since the plan is re-planned first; a packed weight whose
+        buffer is gone or stale (a repack that did not happen) counts as INVALID.
+        """
+        if self.source is None or not self.source.matches(weight):
+            self.context.on_stale(module, weight)
+        if self.status != Status.PACKED:
+            return self.status, None
+        packed = packed_state.valid_packed(module, weight)
+        return (Status.INVALID if packed is None else Status.PACKED), packed
+
     def _route(self, module, input, weight, bias) -> torch.Tensor:
         context = self.context
-        if self.source is None or not self.source.matches(weight):
-            context.on_stale(module, weight)
-        status = self.status
-        config = context.config
+        status, packed = self.current_status(module, weight)
         in_features = input.shape[-1] if input.dim() else 0
         rows = input.numel() // in_features if in_features else 0
-        bucket = bucket_rows(rows, small_batch=config.small_batch, projection=self.projection)
-        if (
-            status == GATE
-            or bucket is None
-            or input.device.type != "cpu"
-            or input.dtype != torch.bfloat16
-            or in_features != weight.shape[-1]
-            or rows * weight.numel() < MIN_WORK
-            or (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
-        ):
-            return self._row_major(ROW_MAJOR_GATE, bucket, input, weight, bias)
-        if status == BUDGET:
-            return self._row_major(ROW_MAJOR_BUDGET, bucket, input, weight, bias)
-        if status == ROW_MAJOR_ONLY:
-            operand, route, mode = weight, ROW_MAJOR_COMPILED, ROW_MAJOR
+        route, bucket, key = decide(self.projection, rows, status, context.config, context.table,
+                                    weight_shape=weight.shape, servable=can_serve(input, weight))
+        counter_key = (self.projection, route, NO_BUCKET if bucket is None else str(bucket))
+        context.counters[counter_key] += 1
+        if route == Route.PACKED_EAGER:
+            fn, operand = _packed_rows, packed
+        elif route in COMPILED_ROUTES:
+            fn, operand = context.compiled.get(key), weight if key.mode == Mode.ROW_MAJOR else packed
         else:
-            packed = packed_state.valid_packed(module, weight) if status == PACKED else None
-            if packed is None:  # INVALID, or PACKED whose repack did not happen
-                return self._row_major(ROW_MAJOR_INVALID, bucket, input, weight, bias)
-            operand, mode = packed, EXPLICIT_PACKED
-            route = PACKED_COMPILED if config.regional_compile else PACKED_EAGER
-
+            if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
+                memo = self.memo
+                if memo is None or not memo.holds(self, weight):
+                    memo = self.memo = RowMajorMemo(self, weight)
+                memo.counter_keys[(input.shape, input.dtype, input.device)] = counter_key
+            return F.linear(input, weight, bias)
         out_features = weight.shape[0]
-        if route == PACKED_EAGER:
-            fn = _packed_rows
-        else:
-            key = RegionalShapeKey(input.dtype, "cpu", self.projection, bucket, out_features, in_features, mode)
-            if config.measure_routes and key in context.measured_row_major:
-                return self._row_major(ROW_MAJOR_MEASURED, bucket, input, weight, bias)
-            fn = compiled_callable(key)
-        context.counters[(self.projection, route, str(bucket))] += 1
         flat = input.reshape(rows, in_features)
         if bucket != rows:
             flat = F.pad(flat, (0, 0, 0, bucket - rows))
@@ -250,20 +323,11 @@ class ModuleRoute:
             out = out[:rows]
         return out.reshape(*input.shape[:-1], out_features)
 
-    def _row_major(self, route, bucket, input, weight, bias):
-        counter_key = (self.projection, route, NO_BUCKET if bucket is None else str(bucket))
-        self.context.counters[counter_key] += 1
-        if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
-            memo = self.memo
-            if memo is None or not memo.holds(self, weight):
-                memo = self.memo = RowMajorMemo(self, weight)
-            memo.counter_keys[(input.shape, input.dtype, input.device)] = counter_key
-        return F.linear(input, weight, bias)
 
-
+COMPILED_ROUTES = frozenset((Route.PACKED_COMPILED, Route.ROW_MAJOR_COMPILED))
 # Row-major decisions that depend only on the input's shape, dtype and device and on
 # what RowMajorMemo guards; row_major_invalid also depends on the buffer, so it is not kept.
-MEMO_ROUTES = frozenset((ROW_MAJOR_GATE, ROW_MAJOR_BUDGET, ROW_MAJOR_MEASURED))
+MEMO_ROUTES = frozenset((Route.ROW_MAJOR_GATE, Route.ROW_MAJOR_BUDGET, Route.ROW_MAJOR_MEASURED))
 
 
 class RowMajorMemo:
@@ -280,16 +344,16 @@ class RowMajorMemo:
     call still checks it before use.
     """
 
-    __slots__ = ("weight_ref", "source", "status", "config", "measured", "counter_keys")
+    __slots__ = ("weight_ref", "source", "status", "config", "table", "counter_keys")
 
     def __init__(self, route: ModuleRoute, weight: torch.Tensor):
         self.weight_ref = weakref.ref(weight)  # a replaced weight must not be kept alive
         self.source = route.source
         self.status = route.status
         self.config = route.context.config
-        self.measured = route.context.measured_row_major
+        self.table = route.context.table
         self.counter_keys: dict[tuple, tuple[str, str, str]] = {}
 
     def holds(self, route: ModuleRoute, weight: torch.Tensor) -> bool:
         return (self.weight_ref() is weight and self.source is route.source and self.status == route.status
-                and self.config is route.context.config and self.measured is route.context.measured_row_major)
+                and self.config is route.context.config and self.table is route.context.table)

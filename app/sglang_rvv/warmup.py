@@ -2,20 +2,19 @@
 
 Without it a server compiles a (projection, bucket, shape) key the first time
 a request lands there, so early requests pay for Inductor. :func:`warm_up`
-calls each routed projection once per bucket (a zero input of the bucket's
-row count), which compiles each key, or loads it from the Inductor cache when
-a warm cache holds it. The report counts both: on a warm cache ``compiled`` is
-0. Keys that a route table measured on this same stack sends row-major are
-called through ``F.linear`` instead, never compiled nor loaded: on a warm
-start that is most of them, and loading each costs a Dynamo trace.
+asks :func:`routing.decide` what each routed projection does at each bucket
+and calls each compiled key once (on a zero input of the bucket's row count),
+which compiles it, or loads it from the Inductor cache when a warm cache
+holds it. The report counts both: on a warm cache ``compiled`` is 0. Keys
+that a route table measured on this same stack sends row-major are never
+compiled nor loaded: on a warm start that is most of them, and loading each
+costs a Dynamo trace.
 
-With ``measure_routes`` (the default) it then builds the route table: for each
-packed key, the compiled callable is timed against row-major ``F.linear`` on
-the module's own weights, and buckets where packed does not win clearly are
-routed row-major (``row_major_measured``). Timings belong to one machine, so
-the table is kept in the Inductor cache directory with the stack it was
-measured on (:func:`sglang_rvv.inductor_cache.read_route_table`) and is only
-reloaded where that stack matches; anything else is measured again.
+With ``measure_routes`` (the default) it then measures what the route table
+(:mod:`sglang_rvv.route_table`) lacks: for each packed key, the compiled
+callable is timed against row-major ``F.linear`` on the module's own weights.
+The table decides, keeps the file up to date, and routes the buckets where
+packed does not win clearly row-major (``row_major_measured``).
 """
 
 from __future__ import annotations
@@ -24,27 +23,18 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from . import inductor_cache, packed_state, routing
+from . import packed_state, routing
 from .policy import RvvPolicy
+from .route_table import Choice, Entry, RouteTable
 
 log = logging.getLogger("sglang_rvv")
-# Routes whose calls go through a compiled callable.
-_COMPILED_STATUSES = (routing.PACKED, routing.ROW_MAJOR_ONLY)
-# Packed keeps a bucket only when at least 15 % faster; anything closer goes to
-# F.linear, the framework's own path, which needs no padding. The table is
-# measured in one process, at its start, and the generic packed kernel's speed
-# varied more than that between processes on the 2-core CI VM (gate_up at M=2,
-# identical inputs: 2.8 ms in one process, 4.1 ms in another, F.linear 3.2-3.4
-# ms); with a 5 % margin such a near-tie was kept packed at a server start and
-# then made that server's M=2 decode steps slower.
-PACKED_MARGIN = 0.85
 # Timed rounds (one call per side) per key: up to MAX_ROUNDS while the rounds'
 # undisturbed cost (fastest calls) stays under KEY_BUDGET_S, and at least
 # MIN_ROUNDS, so one call the scheduler preempted for a few ms cannot decide
@@ -53,7 +43,6 @@ PACKED_MARGIN = 0.85
 MIN_ROUNDS, MAX_ROUNDS = 2, 8
 KEY_BUDGET_S = 0.1
 MEASURE_PASSES = 2
-_ID_FIELDS = inductor_cache.ROUTE_TABLE_FIELDS[:4]  # projection, bucket, out_features, in_features
 
 
 @dataclass
@@ -76,7 +65,7 @@ class WarmupReport:
         if self.skipped_row_major:
             text += f" ({self.skipped_row_major} more keys routed row-major by the cached route table, not loaded)"
         if self.route_table:
-            row_major = sum(entry["route"] == "row_major" for entry in self.route_table)
+            row_major = sum(entry["route"] == Choice.ROW_MAJOR for entry in self.route_table)
             measured = sum(entry["source"] == "measured" for entry in self.route_table)
             text += (
                 f"; route table: {row_major} of {len(self.route_table)} buckets row-major "
@@ -98,22 +87,19 @@ def format_key(key: routing.RegionalShapeKey) -> str:
     return f"{key.projection} m={key.rows} {key.out_features}x{key.in_features} {key.mode}"
 
 
-def choose_route(packed_us: float, row_major_us: float) -> str:
-    return "packed" if packed_us < row_major_us * PACKED_MARGIN else "row_major"
-
-
-def measure_key(key: routing.RegionalShapeKey, modules: Sequence[torch.nn.Module]) -> tuple[float, float]:
+def measure_key(key: routing.RegionalShapeKey, modules: Sequence[torch.nn.Module],
+                packed_fn: Callable) -> tuple[float, float]:
     """(packed µs, row-major µs) of one call at ``key``'s bucket on ``modules``' weights.
 
-    Both sides run the bucket's full row count, the work a routed call does.
-    Each gets one untimed call (one-time setup such as oneDNN primitive
-    creation), then they alternate, so load from elsewhere on the machine hits
-    both alike; the fastest call of each side counts, as such load only ever
-    adds time. Timed calls rotate through the weights of every module of the
-    shape, so a model larger than the cache streams them as in serving.
+    ``packed_fn`` is ``key``'s compiled callable. Both sides run the bucket's
+    full row count, the work a routed call does. Each gets one untimed call
+    (one-time setup such as oneDNN primitive creation), then they alternate,
+    so load from elsewhere on the machine hits both alike; the fastest call of
+    each side counts, as such load only ever adds time. Timed calls rotate
+    through the weights of every module of the shape, so a model larger than
+    the cache streams them as in serving.
     """
     x = modules[0].weight.new_ones(key.rows, key.in_features)
-    packed_fn = routing.compiled_callable(key)
     packed = [packed_state.valid_packed(module, module.weight) for module in modules]
     weights = [module.weight for module in modules]
     sides = (
@@ -133,128 +119,110 @@ def measure_key(key: routing.RegionalShapeKey, modules: Sequence[torch.nn.Module
     return best[0] * 1e6, best[1] * 1e6
 
 
-def _key_id(key: routing.RegionalShapeKey) -> tuple:
-    return key.projection, key.rows, key.out_features, key.in_features
-
-
-def _entry_id(entry: dict) -> tuple:
-    return tuple(entry[name] for name in _ID_FIELDS)
-
-
 def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list[torch.nn.Module]]:
-    """Call every compiled route once per bucket; returns the packed keys hit, each with its modules.
+    """Compile every key the routes of ``policy`` can reach; returns the packed keys, each with its modules.
 
-    A key already in ``policy.measured_row_major`` (a cached table routes it row-major) is
-    called too, so it is returned, but runs F.linear and is neither compiled nor loaded.
+    A key the context's route table sends row-major is returned too, but neither compiled nor loaded.
     """
+    context = policy.context
     groups: dict[tuple, list[tuple[torch.nn.Module, routing.ModuleRoute]]] = {}
     for module, route in policy.routes():
-        if route.status in _COMPILED_STATUSES:
+        if route.status in (routing.Status.PACKED, routing.Status.ROW_MAJOR_ONLY):
             weight = module.weight
             groups.setdefault((route.projection, route.status, *weight.shape, weight.dtype), []).append(
                 (module, route))
     packed_keys = {}
-    for (projection, _status, n, k, dtype), members in groups.items():
+    for members in groups.values():
         module, route = members[0]
         weight = module.weight
-        for rows in routing.buckets_for(projection, small_batch=policy.config.small_batch):
-            counted = [(projection, route_name, str(rows))
-                       for route_name in (routing.PACKED_COMPILED, routing.ROW_MAJOR_MEASURED)]
-            before = sum(policy.counters[c] for c in counted)
-            route(module, weight.new_zeros(rows, k), weight)
-            # Only a call the gate let through reached a packed key (small M*N*K stays row-major).
-            if sum(policy.counters[c] for c in counted) > before:
-                key = routing.RegionalShapeKey(dtype, "cpu", projection, rows, n, k, routing.EXPLICIT_PACKED)
-                packed_keys[key] = [m for m, _ in members]
+        status, packed = route.current_status(module, weight)
+        for rows in routing.buckets_for(route.projection, small_batch=context.config.small_batch):
+            x = weight.new_zeros(rows, weight.shape[-1])
+            decision = routing.decide(route.projection, rows, status, context.config, context.table,
+                                      weight_shape=weight.shape, servable=routing.can_serve(x, weight))
+            if decision.key is None:  # the gate (small M*N*K), or a buffer gone since the plan
+                continue
+            if decision.route != routing.Route.ROW_MAJOR_MEASURED:
+                operand = packed if decision.key.mode == routing.Mode.EXPLICIT_PACKED else weight
+                context.compiled.get(decision.key)(x, operand, decision.key.out_features)
+            if decision.key.mode == routing.Mode.EXPLICIT_PACKED:
+                packed_keys[decision.key] = [m for m, _ in members]
     return packed_keys
 
 
-def _store(table_dir: Path, entries: list[dict]) -> None:
+def _measure(policy: RvvPolicy, packed_keys: dict[routing.RegionalShapeKey, list[torch.nn.Module]],
+             keys: list[routing.RegionalShapeKey]) -> list[Entry]:
+    """An entry for each of ``keys``, each side its fastest over MEASURE_PASSES passes over them all.
+
+    A burst of other work (a server's other processes starting, on 2 cores) then has to hit
+    the same key in every pass, seconds apart, to decide it.
+    """
+    best: dict[routing.RegionalShapeKey, tuple[float, float]] = {}
+    for _ in range(MEASURE_PASSES):
+        for key in keys:
+            timings = measure_key(key, packed_keys[key], policy.context.compiled.get(key))
+            best[key] = tuple(map(min, zip(best.get(key, timings), timings, strict=True)))
+    return [Entry.measured(key.shape, *timings) for key, timings in best.items()]
+
+
+def _store(table_dir: Path, table: RouteTable) -> None:
     try:
-        inductor_cache.write_route_table(table_dir, entries)
+        table.store(table_dir)
     except OSError as error:
         log.warning("sglang_rvv: could not write the route table to %s (%s); the next start measures again",
                     table_dir, error)
 
 
-def _stored_row_major(stored: list[dict]) -> set[routing.RegionalShapeKey]:
-    """The packed keys a stored table (already checked against this stack) routes row-major."""
-    # The gate lets only bfloat16 inputs reach a packed key.
-    return {routing.RegionalShapeKey(torch.bfloat16, "cpu", entry["projection"], entry["bucket"], entry["out_features"],
-                                     entry["in_features"], routing.EXPLICIT_PACKED)
-            for entry in stored if entry["route"] == "row_major"}
-
-
-def _route_table(
-    policy: RvvPolicy, packed_keys: dict[routing.RegionalShapeKey, list[torch.nn.Module]], table_dir: Path,
-    stored: list[dict],
-) -> list[dict]:
+def _route_table(policy: RvvPolicy, packed_keys: dict[routing.RegionalShapeKey, list[torch.nn.Module]],
+                 table_dir: Path, stored: RouteTable) -> list[dict]:
     """One entry per packed key: from the stored table when it matches this stack, else measured."""
+    measured = _measure(policy, packed_keys, [key for key in packed_keys if key.shape not in stored])
     # Entries of other models' shapes stay in the file for them.
-    known = {_entry_id(entry): entry for entry in stored}
-    missing = [key for key in packed_keys if _key_id(key) not in known]
-    # MEASURE_PASSES passes over all missing keys, keeping each side's fastest: a burst of
-    # other work (a server's other processes starting, on 2 cores) then has to hit the same
-    # key in every pass, seconds apart, to decide it.
-    best: dict[routing.RegionalShapeKey, tuple[float, float]] = {}
-    for _ in range(MEASURE_PASSES):
-        for key in missing:
-            timings = measure_key(key, packed_keys[key])
-            best[key] = tuple(map(min, zip(best.get(key, timings), timings, strict=True)))
-    for key, (packed_us, row_major_us) in best.items():
-        # Decided on the rounded numbers, so the stored entry shows its own reason.
-        packed_us, row_major_us = round(packed_us, 1), round(row_major_us, 1)
-        known[_key_id(key)] = dict(zip(_ID_FIELDS, _key_id(key), strict=True), packed_us=packed_us,
-                                   row_major_us=row_major_us, route=choose_route(packed_us, row_major_us))
-    table = [{**known[_key_id(key)], "source": "measured" if key in best else "cache"} for key in packed_keys]
-    if any(entry["source"] == "measured" for entry in table):
-        _store(table_dir, list(known.values()))
-    policy.measured_row_major = {
-        key for key, entry in zip(packed_keys, table, strict=True) if entry["route"] == "row_major"
-    }
-    return table
+    known = stored.updated(measured)
+    if measured:
+        _store(table_dir, known)
+    policy.context.table = known.only(key.shape for key in packed_keys)
+    fresh = {entry.shape for entry in measured}
+    return [{**entry.to_dict(), "source": "measured" if entry.shape in fresh else "cache"}
+            for entry in policy.context.table.entries()]
 
 
 def warm_up(policy: RvvPolicy, *, table_dir: str | os.PathLike | None = None) -> WarmupReport:
-    """Run each compiled route of ``policy``'s model once per bucket, then build the route table.
+    """Compile each key of ``policy``'s model once, then build the route table.
 
     ``table_dir`` is where the route table is kept, by default the Inductor
-    cache directory. Call counters are left as they were.
+    cache directory. Call counters are left as they are: the warm-up decides
+    the way a call does, but makes none.
     """
     report = WarmupReport()
-    if not policy.config.regional_compile:
+    context = policy.context
+    if not context.config.regional_compile:
         return report
     compiles, hits = inductor_cache_counts()
-    saved = policy.counters.copy()
     start = time.perf_counter()
-    stored: list[dict] = []
-    if policy.config.measure_routes:
+    stored = RouteTable()
+    if context.config.measure_routes:
         if table_dir is None:
             from torch._inductor.runtime.cache_dir_utils import cache_dir
 
             table_dir = cache_dir()
-        stored, rejected = inductor_cache.read_route_table(table_dir)
+        stored, rejected = RouteTable.load(table_dir)
         if rejected:
             log.warning("sglang_rvv: route table ignored, measuring again: %s", rejected)
-        # The stored times are the measurement; the stored route is only what the margin of the
-        # writing version made of them. Decided again here, so a margin change reaches old caches.
-        stored = [{**entry, "route": choose_route(entry["packed_us"], entry["row_major_us"])} for entry in stored]
     # A table measured on this very stack routes some keys row-major: those are never called
     # compiled, so they are neither compiled nor loaded (on a warm start most of the keys).
     # Without such a table every key is compiled, so a re-measure never compiles cold.
-    policy.measured_row_major = _stored_row_major(stored)
+    context.table = stored
     # no_grad, as SGLang's scheduler and HF generate run: Dynamo guards on grad mode.
     with torch.no_grad():
         packed_keys = _compile_every_key(policy)
-        report.skipped_row_major = sum(key in policy.measured_row_major for key in packed_keys)
-        if policy.config.measure_routes and packed_keys:
+        report.skipped_row_major = sum(context.table.sends_row_major(key.shape) for key in packed_keys)
+        if context.config.measure_routes and packed_keys:
             table_start = time.perf_counter()
             report.route_table = _route_table(policy, packed_keys, Path(table_dir), stored)
             report.route_table_seconds = time.perf_counter() - table_start
-    policy.counters.clear()
-    policy.counters.update(saved)
     report.seconds = time.perf_counter() - start
-    report.keys = sorted(format_key(key) for key in routing.compiled_keys())
+    report.keys = sorted(format_key(key) for key in context.compiled.keys())
     new_compiles, new_hits = inductor_cache_counts()
     report.compiled, report.cache_hits = new_compiles - compiles, new_hits - hits
     return report

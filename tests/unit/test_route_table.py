@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, routing, warmup
+from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, route_table, routing, warmup
 from sglang_rvv.policy import policy_of
+from sglang_rvv.route_table import Entry, RouteTable
 from sglang_rvv.routing import ROUTE_ATTR
 from sglang_rvv.srt import flags
 from sglang_rvv.warmup import warm_up
@@ -30,8 +31,8 @@ def _ids(table):
 
 def _fake_timings(losing_buckets):
     """A measurement where packed takes 2x row-major in ``losing_buckets`` and half elsewhere."""
-    def measure(key, modules):
-        assert key.mode == routing.EXPLICIT_PACKED and modules
+    def measure(key, modules, packed_fn):
+        assert key.mode == routing.Mode.EXPLICIT_PACKED and modules and callable(packed_fn)
         return (200.0, 100.0) if key.rows in losing_buckets else (50.0, 100.0)
     return measure
 
@@ -57,8 +58,8 @@ def _call(module, rows):
     (300.0, 100.0, "row_major"),
 ])
 def test_packed_must_win_by_the_margin(packed_us, row_major_us, route):
-    assert warmup.PACKED_MARGIN == 0.85
-    assert warmup.choose_route(packed_us, row_major_us) == route
+    assert route_table.PACKED_MARGIN == 0.85
+    assert route_table.choose(packed_us, row_major_us) == route
 
 
 def test_a_burst_in_one_pass_does_not_decide_a_bucket(policy, tmp_path, monkeypatch):
@@ -66,7 +67,7 @@ def test_a_burst_in_one_pass_does_not_decide_a_bucket(policy, tmp_path, monkeypa
     (other work on the CPUs) still wins, and the stored times are the fastest ones."""
     calls = []
 
-    def measure(key, modules):
+    def measure(key, modules, packed_fn):
         calls.append(key)
         first_pass = calls.count(key) == 1
         return (400.0 if first_pass else 50.0), (100.0 if first_pass else 120.0)
@@ -95,17 +96,17 @@ def test_a_losing_bucket_is_served_row_major(policy, llama, tmp_path, monkeypatc
         assert_bf16_close(out, ref)
     assert torch.equal(*_call(o_proj, 3)), "a row-major bucket runs F.linear itself"
     counts = policy.counters
-    assert counts[("o_proj", routing.PACKED_COMPILED, "1")] == 1
-    assert counts[("o_proj", routing.PACKED_COMPILED, "8")] == 1
-    assert counts[("o_proj", routing.ROW_MAJOR_MEASURED, "4")] == 2
-    assert counts[("o_proj", routing.ROW_MAJOR_MEASURED, "16")] == 1
-    assert routing.ROW_MAJOR_MEASURED in routing.ROUTES
+    assert counts[("o_proj", routing.Route.PACKED_COMPILED, "1")] == 1
+    assert counts[("o_proj", routing.Route.PACKED_COMPILED, "8")] == 1
+    assert counts[("o_proj", routing.Route.ROW_MAJOR_MEASURED, "4")] == 2
+    assert counts[("o_proj", routing.Route.ROW_MAJOR_MEASURED, "16")] == 1
+    assert routing.Route.ROW_MAJOR_MEASURED in list(routing.Route)
 
     with torch.no_grad():  # a whole forward, prefill 3 rows (bucket 4) then decode
         llama(torch.randint(0, 2050, (1, 3)))
         llama(torch.randint(0, 2050, (1, 1)))
     by_route = policy.counters.by_route()
-    assert by_route[routing.ROW_MAJOR_MEASURED] > 2 and by_route[routing.PACKED_COMPILED] > 2
+    assert by_route[routing.Route.ROW_MAJOR_MEASURED] > 2 and by_route[routing.Route.PACKED_COMPILED] > 2
 
 
 def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, tmp_path):
@@ -116,7 +117,7 @@ def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, t
     assert len(table) == len(_ids(table)), "one entry per compiled key"
     for entry in table:
         assert entry["source"] == "measured" and entry["packed_us"] > 0 and entry["row_major_us"] > 0
-        assert entry["route"] == warmup.choose_route(entry["packed_us"], entry["row_major_us"])
+        assert entry["route"] == route_table.choose(entry["packed_us"], entry["row_major_us"])
     assert report.route_table_seconds > 0
 
     # Routing follows the table, bucket by bucket, and matches F.linear.
@@ -125,21 +126,21 @@ def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, t
         policy.counters.clear()
         out, ref = _call(o_proj, entry["bucket"])
         assert_bf16_close(out, ref)
-        want = routing.PACKED_COMPILED if entry["route"] == "packed" else routing.ROW_MAJOR_MEASURED
+        want = routing.Route.PACKED_COMPILED if entry["route"] == "packed" else routing.Route.ROW_MAJOR_MEASURED
         assert policy.counters == {("o_proj", want, str(entry["bucket"])): 1}, entry
 
     # The file holds the same entries and the stack they were measured on.
     stored = json.loads((tmp_path / inductor_cache.ROUTE_TABLE).read_text())
-    assert {k: stored[k] for k in inductor_cache.route_table_stack()} == inductor_cache.route_table_stack()
+    assert {k: stored[k] for k in route_table.stack()} == route_table.stack()
     without_source = [{k: v for k, v in e.items() if k != "source"} for e in table]
     assert sorted(stored["entries"], key=_id) == sorted(without_source, key=_id)
 
     # A warm start loads it instead of measuring.
-    row_major = set(policy.measured_row_major)
+    row_major = policy.route_table.row_major
     again = warm_up(policy, table_dir=tmp_path)
     assert all(e["source"] == "cache" for e in again.route_table)
     assert [{**e, "source": "cache"} for e in table] == again.route_table
-    assert policy.measured_row_major == row_major
+    assert policy.route_table.row_major == row_major
 
 
 def test_a_cached_route_is_decided_again_from_its_times(policy, tmp_path, monkeypatch):
@@ -149,13 +150,12 @@ def test_a_cached_route_is_decided_again_from_its_times(policy, tmp_path, monkey
     for entry in stored["entries"]:  # a 5 % win, which an older 0.95 margin called packed
         entry.update(packed_us=95.0, row_major_us=100.0, route="packed")
     (tmp_path / inductor_cache.ROUTE_TABLE).write_text(json.dumps(stored))
-    monkeypatch.setattr(warmup, "measure_key", lambda key, modules: pytest.fail(f"{key} measured again"))
+    monkeypatch.setattr(warmup, "measure_key", lambda key, modules, packed_fn: pytest.fail(f"{key} measured again"))
 
     again = warm_up(policy, table_dir=tmp_path)
     assert len(again.route_table) == len(measured)
     assert all(e["source"] == "cache" and e["route"] == "row_major" for e in again.route_table)
-    assert {(k.projection, k.rows, k.out_features, k.in_features) for k in policy.measured_row_major} \
-        == packed_keys(policy)
+    assert policy.route_table.row_major == packed_keys(policy)
 
 
 @pytest.mark.parametrize("field,value", [("torch_version", "0.0.0"), ("cpu_capability", "VSX"),
@@ -164,7 +164,7 @@ def test_a_table_from_another_stack_is_ignored_and_remeasured(policy, tmp_path, 
     monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
     foreign = [{"projection": "o_proj", "bucket": 1, "out_features": 1024, "in_features": 1024,
                 "packed_us": 1.0, "row_major_us": 0.5, "route": "row_major"}]
-    stale = {**inductor_cache.route_table_stack(), field: value, "entries": foreign}
+    stale = {**route_table.stack(), field: value, "entries": foreign}
     (tmp_path / inductor_cache.ROUTE_TABLE).write_text(json.dumps(stale))
 
     with caplog.at_level(logging.WARNING, logger="sglang_rvv"):
@@ -172,9 +172,9 @@ def test_a_table_from_another_stack_is_ignored_and_remeasured(policy, tmp_path, 
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "route table ignored" in warnings[0] and f"{field}: cache {value!r}" in warnings[0]
     assert all(e["source"] == "measured" and e["route"] == "packed" for e in report.route_table)
-    assert not policy.measured_row_major
+    assert not policy.route_table.row_major
     rewritten = json.loads((tmp_path / inductor_cache.ROUTE_TABLE).read_text())
-    assert rewritten[field] == inductor_cache.route_table_stack()[field]
+    assert rewritten[field] == route_table.stack()[field]
     assert len(rewritten["entries"]) == len(report.route_table)
 
 
@@ -186,17 +186,18 @@ def test_an_unreadable_table_is_ignored_and_remeasured(policy, tmp_path, monkeyp
         report = warm_up(policy, table_dir=tmp_path)
     assert "is unreadable" in caplog.text
     assert report.route_table and all(e["source"] == "measured" for e in report.route_table)
-    entries, rejected = inductor_cache.read_route_table(tmp_path)
-    assert rejected is None and len(entries) == len(report.route_table)
+    table, rejected = RouteTable.load(tmp_path)
+    assert rejected is None and len(table) == len(report.route_table)
 
 
 def test_entries_of_other_shapes_stay_in_the_file(policy, tmp_path, monkeypatch):
     monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
     other = {"projection": "down_proj", "bucket": 2, "out_features": 2048, "in_features": 8192,
              "packed_us": 9.0, "row_major_us": 5.0, "route": "row_major"}
-    inductor_cache.write_route_table(tmp_path, [other])
+    RouteTable([Entry.from_dict(other)]).store(tmp_path)
     report = warm_up(policy, table_dir=tmp_path)
-    entries, _ = inductor_cache.read_route_table(tmp_path)
+    table, _ = RouteTable.load(tmp_path)
+    entries = [entry.to_dict() for entry in table.entries()]
     assert other in entries and len(entries) == len(report.route_table) + 1
 
 
@@ -209,16 +210,16 @@ def test_measure_routes_off_keeps_every_bucket_packed(llama, tmp_path, monkeypat
     assert not (tmp_path / inductor_cache.ROUTE_TABLE).exists()
     o_proj = llama.model.layers[0].self_attn.o_proj
     _call(o_proj, 3)
-    assert policy.counters == {("o_proj", routing.PACKED_COMPILED, "4"): 1}
+    assert policy.counters == {("o_proj", routing.Route.PACKED_COMPILED, "4"): 1}
 
     # A table measured earlier is not consulted once the switch is off.
     install_rvv_policy(llama, RvvPolicyConfig())
     warm_up(policy, table_dir=tmp_path)
     install_rvv_policy(llama, RvvPolicyConfig(measure_routes=False))
-    assert policy.measured_row_major
+    assert policy.route_table.row_major
     policy.counters.clear()
     _call(o_proj, 3)
-    assert policy.counters == {("o_proj", routing.PACKED_COMPILED, "4"): 1}
+    assert policy.counters == {("o_proj", routing.Route.PACKED_COMPILED, "4"): 1}
 
 
 def test_the_flag_switches_measurement():
@@ -233,7 +234,7 @@ def test_the_flag_switches_measurement():
 
 def test_seeding_copies_the_table_and_keeps_one_already_there(tmp_path):
     warm, cache = tmp_path / "warm", tmp_path / "cache"
-    inductor_cache.write_route_table(warm, [])
+    RouteTable().store(warm)
     assert inductor_cache.seed(warm, cache) == 1
     assert (cache / inductor_cache.ROUTE_TABLE).read_text() == (warm / inductor_cache.ROUTE_TABLE).read_text()
     (cache / inductor_cache.ROUTE_TABLE).write_text("measured here")
@@ -249,7 +250,7 @@ def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_pl
     warm_up(policy, table_dir=tmp_path)
     o_proj = llama.model.layers[0].self_attn.o_proj
     route = o_proj.__dict__[ROUTE_ATTR]
-    measured = ("o_proj", routing.ROW_MAJOR_MEASURED, "4")
+    measured = ("o_proj", routing.Route.ROW_MAJOR_MEASURED, "4")
 
     for _ in range(3):
         policy.counters.clear()
@@ -261,7 +262,7 @@ def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_pl
     policy.invalidate(repack=False)
     policy.counters.clear()
     _call(o_proj, 3)
-    assert policy.counters == {("o_proj", routing.ROW_MAJOR_INVALID, "4"): 1}
+    assert policy.counters == {("o_proj", routing.Route.ROW_MAJOR_INVALID, "4"): 1}
 
     # A re-plan makes a new source record: the full path decides again, then memoises again.
     policy.reconcile()
@@ -275,7 +276,7 @@ def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_pl
     warm_up(policy, table_dir=tmp_path / "fresh")
     policy.counters.clear()
     _call(o_proj, 3)
-    assert policy.counters == {("o_proj", routing.PACKED_COMPILED, "4"): 1}
+    assert policy.counters == {("o_proj", routing.Route.PACKED_COMPILED, "4"): 1}
 
     # A replaced weight re-plans through the full path, and the memo does not keep the old one alive.
     monkeypatch.setattr(warmup, "measure_key", _fake_timings({4}))
@@ -299,16 +300,15 @@ def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_m
     assert row_major_ids and {bucket for _, bucket, _, _ in row_major_ids} == losing
 
     # A fresh process: nothing compiled yet, the table in the cache directory.
-    monkeypatch.setattr(routing, "_COMPILED", {})
+    monkeypatch.setattr(policy.context, "compiled", routing.CompiledCallables())
     again = warm_up(policy, table_dir=tmp_path)
     assert again.skipped_row_major == len(row_major_ids)
     assert "routed row-major by the cached route table, not loaded" in again.summary()
     assert all(e["source"] == "cache" for e in again.route_table) and _ids(again.route_table) == _ids(first.route_table)
-    compiled = {(k.projection, k.rows, k.out_features, k.in_features) for k in routing.compiled_keys()
-                if k.mode == routing.EXPLICIT_PACKED}
+    compiled = {k.shape for k in policy.context.compiled.keys() if k.mode == routing.Mode.EXPLICIT_PACKED}
     assert compiled == _ids(first.route_table) - row_major_ids
     o_proj = llama.model.layers[0].self_attn.o_proj
-    for rows, want in ((1, routing.PACKED_COMPILED), (3, routing.ROW_MAJOR_MEASURED)):
+    for rows, want in ((1, routing.Route.PACKED_COMPILED), (3, routing.Route.ROW_MAJOR_MEASURED)):
         policy.counters.clear()
         out, ref = _call(o_proj, rows)
         assert_bf16_close(out, ref)
@@ -318,8 +318,8 @@ def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_m
     # A table from another stack spares nothing: every key is compiled and measured again.
     path = tmp_path / inductor_cache.ROUTE_TABLE
     path.write_text(json.dumps({**json.loads(path.read_text()), "threads": 64}))
-    monkeypatch.setattr(routing, "_COMPILED", {})
+    monkeypatch.setattr(policy.context, "compiled", routing.CompiledCallables())
     foreign = warm_up(policy, table_dir=tmp_path)
     assert foreign.skipped_row_major == 0 and all(e["source"] == "measured" for e in foreign.route_table)
-    assert {(k.projection, k.rows, k.out_features, k.in_features) for k in routing.compiled_keys()
-            if k.mode == routing.EXPLICIT_PACKED} == _ids(first.route_table)
+    assert {k.shape for k in policy.context.compiled.keys()
+            if k.mode == routing.Mode.EXPLICIT_PACKED} == _ids(first.route_table)

@@ -78,17 +78,18 @@ def test_grad_mode_falls_back_to_row_major(llama):
 
 def test_compiled_callables_are_bounded_and_reused(llama):
     install_rvv_policy(llama, RvvPolicyConfig())
-    before = set(routing.compiled_keys())
+    compiled = policy_of(llama).context.compiled
+    before = set(compiled.keys())
     with torch.no_grad():
         for seq in (5, 6, 7, 8):  # prefill rows 5..8 share bucket 8
             llama(torch.randint(0, 2050, (1, seq)))
         llama(torch.randint(0, 2050, (1, 1)))
     # Only buckets 1 and 8 are compiled; other tests may have compiled more keys in this process.
-    new = set(routing.compiled_keys()) - before
+    new = set(compiled.keys()) - before
     assert {k.rows for k in new} <= {1, 8}
-    assert all(k.mode == routing.EXPLICIT_PACKED for k in new)
+    assert all(k.mode == routing.Mode.EXPLICIT_PACKED for k in new)
     assert len(new) <= len(routing.PROJECTIONS) * 2
-    used = {(p, b) for (p, route, b) in _counts(llama) if route == routing.PACKED_COMPILED}
+    used = {(p, b) for (p, route, b) in _counts(llama) if route == routing.Route.PACKED_COMPILED}
     assert used == {(p, b) for p in routing.PROJECTIONS for b in ("1", "8")}
     c = _counts(llama)
     # 2 layers x (q, o) + lm_head per forward, all through compiled code
@@ -104,8 +105,8 @@ def test_regional_compile_without_packing_compiles_row_major(llama):
         llama(torch.randint(0, 2050, (1, 1)))
     c = _counts(llama)
     assert c[("o_proj", "row_major_compiled", "1")] == 2
-    key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "o_proj", 1, 1024, 1024, routing.ROW_MAJOR)
-    assert key in routing.compiled_keys()
+    key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "o_proj", 1, 1024, 1024, routing.Mode.ROW_MAJOR)
+    assert key in policy_of(llama).context.compiled.keys()
 
 
 def test_many_keys_and_grad_modes_never_hit_the_recompile_limit():
@@ -114,11 +115,13 @@ def test_many_keys_and_grad_modes_never_hit_the_recompile_limit():
 
     weight = torch.randn(64, 64, dtype=torch.bfloat16)
     packed = ops.pack_bf16_weight(weight)
+    compiled = routing.CompiledCallables()
     for rows in range(1, torch._dynamo.config.recompile_limit + 2):
-        key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "test_proj", rows, 64, 64, routing.EXPLICIT_PACKED)
-        fn = routing.compiled_callable(key)
+        key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "test_proj", rows, 64, 64, routing.Mode.EXPLICIT_PACKED)
+        fn = compiled.get(key)
         x = torch.randn(rows, 64, dtype=torch.bfloat16)
         with torch.inference_mode():
             first = fn(x, packed, 64)
         second = fn(x, packed, 64)  # outside inference mode: another guard variant of the same key
         assert torch.equal(first, second)
+

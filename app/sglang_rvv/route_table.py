@@ -1,0 +1,171 @@
+"""The measured route table: which packed shape keys row-major ``F.linear`` serves better.
+
+The warm-up times each packed key's compiled callable against ``F.linear`` on
+the module's own weights (:mod:`sglang_rvv.warmup`) and hands the times here.
+An :class:`Entry` keeps the times of one shape; its route follows from them
+and :data:`PACKED_MARGIN`, so a table read from disk is decided again under
+this version's margin. :class:`RouteTable` holds the entries, answers routing's
+question (:meth:`RouteTable.sends_row_major`) and loads and stores itself.
+
+Timings belong to one machine, so the file (:data:`inductor_cache.ROUTE_TABLE`,
+next to the Inductor artifacts, so it ships and seeds with them) carries the
+stack it was measured on: the CPU model, op provider and thread count on top
+of torch and the ISA. It is checked each time it is read: a table measured
+elsewhere is ignored and measured again, never trusted.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from . import inductor_cache
+from .jsonfile import write_json
+from .ops import PROVIDER_NAME
+
+SCHEMA = 1
+# Packed keeps a bucket only when at least 15 % faster; anything closer goes to
+# F.linear, the framework's own path, which needs no padding. The table is
+# measured in one process, at its start, and the generic packed kernel's speed
+# varied more than that between processes on the 2-core CI VM (gate_up at M=2,
+# identical inputs: 2.8 ms in one process, 4.1 ms in another, F.linear 3.2-3.4
+# ms); with a 5 % margin such a near-tie was kept packed at a server start and
+# then made that server's M=2 decode steps slower.
+PACKED_MARGIN = 0.85
+
+
+class Choice(enum.StrEnum):
+    """What the table chose for a shape key."""
+
+    PACKED = "packed"
+    ROW_MAJOR = "row_major"
+
+
+def choose(packed_us: float, row_major_us: float) -> Choice:
+    return Choice.PACKED if packed_us < row_major_us * PACKED_MARGIN else Choice.ROW_MAJOR
+
+
+class Shape(NamedTuple):
+    """What a table entry is measured for: a packed key without what the gate already fixes
+    (a bfloat16 CPU input, the explicit packed mode)."""
+
+    projection: str
+    bucket: int
+    out_features: int
+    in_features: int
+
+
+class Entry(NamedTuple):
+    projection: str
+    bucket: int
+    out_features: int
+    in_features: int
+    packed_us: float
+    row_major_us: float
+
+    @classmethod
+    def measured(cls, shape: Shape, packed_us: float, row_major_us: float) -> Entry:
+        # Rounded before the route is decided on them, so the stored entry shows its own reason.
+        return cls(*shape, round(packed_us, 1), round(row_major_us, 1))
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(*self[:4])
+
+    @property
+    def route(self) -> Choice:
+        return choose(self.packed_us, self.row_major_us)
+
+    def to_dict(self) -> dict:
+        """The entry as stored: its fields and the route this version chose."""
+        return {**self._asdict(), "route": self.route}
+
+    @classmethod
+    def from_dict(cls, item) -> Entry:
+        """An entry as stored; raises ValueError when it is not one. The stored route is only
+        checked: it is what the margin of the writing version made of the times."""
+        fields = (*cls._fields, "route")
+        if not isinstance(item, dict) or not set(fields) <= item.keys():
+            raise ValueError(f"an entry lacks one of {fields}: {item!r}")
+        if item["route"] not in tuple(Choice):
+            raise ValueError(f"an entry's route is {item['route']!r}, not one of {tuple(Choice)}")
+        return cls(*(item[name] for name in cls._fields))
+
+
+def stack() -> dict:
+    """What a route table must have been measured on to be used here."""
+    return {
+        "schema": SCHEMA,
+        **inductor_cache._torch_stack(),
+        "cpu_model": inductor_cache.cpu_model(),
+        "provider": PROVIDER_NAME,
+        "threads": torch.get_num_threads(),
+    }
+
+
+class RouteTable:
+    """Entries by shape, in the order given (a later entry of the same shape replaces an earlier one).
+
+    A routed call holds on to the table it was decided with (see routing.RowMajorMemo), so a
+    table never changes: a new measurement is a new table.
+    """
+
+    __slots__ = ("_entries", "row_major")
+
+    def __init__(self, entries: Iterable[Entry] = ()):
+        self._entries = {entry.shape: entry for entry in entries}
+        self.row_major = frozenset(shape for shape, entry in self._entries.items() if entry.route == Choice.ROW_MAJOR)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, shape: Shape) -> bool:
+        return shape in self._entries
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def sends_row_major(self, shape: Shape) -> bool:
+        return shape in self.row_major
+
+    def updated(self, entries: Iterable[Entry]) -> RouteTable:
+        """This table with ``entries`` added, replacing those of the same shape."""
+        return RouteTable([*self._entries.values(), *entries])
+
+    def only(self, shapes: Iterable[Shape]) -> RouteTable:
+        """The entries of ``shapes``, in that order; every one must be in this table."""
+        return RouteTable(self._entries[shape] for shape in shapes)
+
+    @classmethod
+    def load(cls, cache_dir: str | os.PathLike) -> tuple[RouteTable, str | None]:
+        """The table in ``cache_dir``, and why it was rejected (``None`` if not).
+
+        An absent table is an empty one and no rejection; an unreadable one, or one
+        measured on another stack, is an empty one and the reason.
+        """
+        path = Path(cache_dir) / inductor_cache.ROUTE_TABLE
+        if not path.exists():
+            return cls(), None
+        try:
+            table = inductor_cache._read_object(path)
+            items = table.get("entries")
+            if not isinstance(items, list):
+                raise ValueError("'entries' is not a list")
+            entries = [Entry.from_dict(item) for item in items]
+        except (OSError, ValueError) as error:
+            return cls(), f"{path} is unreadable ({error})"
+        differ = inductor_cache._differences(table, stack())
+        if differ:
+            return cls(), f"{path} was measured on another stack: " + "; ".join(differ)
+        return cls(entries), None
+
+    def store(self, cache_dir: str | os.PathLike) -> Path:
+        path = Path(cache_dir) / inductor_cache.ROUTE_TABLE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {**stack(), "entries": [entry.to_dict() for entry in self.entries()]}, sort_keys=True)
+        return path
