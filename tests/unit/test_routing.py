@@ -5,7 +5,8 @@ import torch
 
 from sglang_rvv import RvvPolicyConfig, install_rvv_policy, routing
 from sglang_rvv.policy import policy_of
-from sglang_rvv.routing import bucket_rows, static_gate
+from sglang_rvv.route_table import Entry, RouteTable
+from sglang_rvv.routing import Mode, Route, Status, bucket_rows, static_gate
 
 
 def test_bucket_table():
@@ -125,3 +126,24 @@ def test_many_keys_and_grad_modes_never_hit_the_recompile_limit():
         second = fn(x, packed, 64)  # outside inference mode: another guard variant of the same key
         assert torch.equal(first, second)
 
+
+def test_decide_is_a_function_of_rows_status_config_and_table():
+    default_config, empty = RvvPolicyConfig(), RouteTable()
+
+    def decide(rows, status, config=default_config, table=empty, shape=(1024, 1024), servable=True):
+        return routing.decide("o_proj", rows, status, config, table, weight_shape=shape, servable=servable)
+
+    key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "o_proj", 4, 1024, 1024, Mode.EXPLICIT_PACKED)
+    losing = RouteTable([Entry("o_proj", 4, 1024, 1024, packed_us=200.0, row_major_us=100.0)])
+    assert decide(3, Status.PACKED) == (Route.PACKED_COMPILED, 4, key)
+    assert decide(3, Status.PACKED, table=losing) == (Route.ROW_MAJOR_MEASURED, 4, key)
+    assert decide(3, Status.PACKED, RvvPolicyConfig(measure_routes=False), losing) == (Route.PACKED_COMPILED, 4, key)
+    assert decide(3, Status.ROW_MAJOR_ONLY, table=losing) == (
+        Route.ROW_MAJOR_COMPILED, 4, key._replace(mode=Mode.ROW_MAJOR))
+    assert decide(3, Status.PACKED, RvvPolicyConfig(regional_compile=False)) == (Route.PACKED_EAGER, 4, None)
+    assert decide(3, Status.BUDGET) == (Route.ROW_MAJOR_BUDGET, 4, None)
+    assert decide(3, Status.INVALID, table=losing) == (Route.ROW_MAJOR_INVALID, 4, None)
+    assert decide(3, Status.GATE) == (Route.ROW_MAJOR_GATE, 4, None)
+    assert decide(3, Status.PACKED, servable=False) == (Route.ROW_MAJOR_GATE, 4, None)
+    assert decide(129, Status.PACKED) == (Route.ROW_MAJOR_GATE, None, None)
+    assert decide(1, Status.PACKED, shape=(1024, 512)) == (Route.ROW_MAJOR_GATE, 1, None)  # below MIN_WORK
