@@ -29,7 +29,7 @@ def packed_keys(policy) -> set[tuple[str, int, int, int]]:
 
     keys = set()
     for module, route in policy.routes():
-        if route.status != routing.PACKED:
+        if route.status != routing.Status.PACKED:
             continue
         n, k = module.weight.shape
         for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):

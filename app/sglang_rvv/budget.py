@@ -12,9 +12,6 @@ allocator's slack. Projections that do not fit are skipped in priority order
 
 from __future__ import annotations
 
-# The policy asks the budget what is available; the host module reads it.
-from .host import available_memory  # noqa: F401
-
 MIB = 1024 * 1024
 RESERVE_MIN_BYTES = 1024 * MIB
 RESERVE_FRACTION = 0.10

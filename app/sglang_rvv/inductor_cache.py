@@ -29,9 +29,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .host import cpu_model
-from .jsonfile import write_json
-
 MANIFEST = "sglang_rvv_cache_manifest.json"
 SCHEMA = 1
 ROUTE_TABLE = "sglang_rvv_route_table.json"
@@ -63,7 +60,7 @@ def app_version() -> str:
         return __version__
 
 
-def _torch_stack() -> dict:
+def torch_stack() -> dict:
     """The software and ISA both compiled artifacts and timings depend on."""
     import torch
 
@@ -81,13 +78,13 @@ def running_stack(model_dir: str | os.PathLike) -> dict:
     config = Path(model_dir) / "config.json"
     return {
         "schema": SCHEMA,
-        **_torch_stack(),
+        **torch_stack(),
         "compiler": _compiler_version(),
         "model_config_sha256": hashlib.sha256(config.read_bytes()).hexdigest(),
     }
 
 
-def _read_object(path: Path) -> dict:
+def read_object(path: Path) -> dict:
     """The JSON object in ``path``; raises OSError or ValueError."""
     value = json.loads(path.read_text())
     if not isinstance(value, dict):
@@ -95,7 +92,7 @@ def _read_object(path: Path) -> dict:
     return value
 
 
-def _differences(recorded: dict, running: dict) -> list[str]:
+def differences(recorded: dict, running: dict) -> list[str]:
     return [
         f"{key}: cache {recorded.get(key)!r}, running {value!r}"
         for key, value in running.items() if recorded.get(key) != value
@@ -117,10 +114,10 @@ def check(cache_dir: str | os.PathLike, model_dir: str | os.PathLike) -> CacheSt
     if not path.exists():
         return CacheState(False, f"no prewarmed cache: {path} is absent")
     try:
-        manifest = _read_object(path)
+        manifest = read_object(path)
     except (OSError, ValueError) as error:
         return CacheState(False, f"prewarmed cache rejected: {path} is unreadable ({error})")
-    differ = _differences(manifest, running_stack(model_dir))
+    differ = differences(manifest, running_stack(model_dir))
     if differ:
         return CacheState(False, "prewarmed cache rejected, " + "; ".join(differ))
     keys = manifest.get("shape_keys") or []

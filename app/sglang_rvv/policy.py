@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import budget, layout, packed_state, routing
+from . import budget, host, layout, packed_state, routing
 from .adapters import Adapter, resolve_adapter
 from .config import RvvPolicyConfig
 from .ops import PROVIDER_NAME, PROVIDER_REASON
@@ -109,7 +109,7 @@ class RvvPolicy:
         if self.config.memory_budget_mib is not None:
             return int(self.config.memory_budget_mib * MIB), "configured"
         # Memory our own current buffers hold is available to the new plan.
-        available = budget.available_memory()
+        available = host.available_memory()
         reserve_text = f"reserve max({budget.RESERVE_MIN_BYTES // MIB} MiB, {budget.RESERVE_FRACTION:.0%})"
         return budget.auto_budget_bytes(available.bytes + held), f"auto: {available.source}, {reserve_text}"
 

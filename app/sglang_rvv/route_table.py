@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import inductor_cache
+from . import host, inductor_cache
 from .jsonfile import write_json
 from .ops import PROVIDER_NAME
 
@@ -101,8 +101,8 @@ def stack() -> dict:
     """What a route table must have been measured on to be used here."""
     return {
         "schema": SCHEMA,
-        **inductor_cache._torch_stack(),
-        "cpu_model": inductor_cache.cpu_model(),
+        **inductor_cache.torch_stack(),
+        "cpu_model": host.cpu_model(),
         "provider": PROVIDER_NAME,
         "threads": torch.get_num_threads(),
     }
@@ -152,14 +152,14 @@ class RouteTable:
         if not path.exists():
             return cls(), None
         try:
-            table = inductor_cache._read_object(path)
+            table = inductor_cache.read_object(path)
             items = table.get("entries")
             if not isinstance(items, list):
                 raise ValueError("'entries' is not a list")
             entries = [Entry.from_dict(item) for item in items]
         except (OSError, ValueError) as error:
             return cls(), f"{path} is unreadable ({error})"
-        differ = inductor_cache._differences(table, stack())
+        differ = inductor_cache.differences(table, stack())
         if differ:
             return cls(), f"{path} was measured on another stack: " + "; ".join(differ)
         return cls(entries), None

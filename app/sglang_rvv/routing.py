@@ -69,11 +69,6 @@ class Mode(enum.StrEnum):
     ROW_MAJOR = "row_major"
 
 
-# Names that code outside the routing redesign still reads (bench.linear, tests/support.py).
-EXPLICIT_PACKED = Mode.EXPLICIT_PACKED
-PACKED = Status.PACKED
-
-
 def bucket_rows(rows: int, *, small_batch: bool, projection: str) -> int | None:
     """The compiled row count that serves ``rows``, or ``None`` for row-major.
 
@@ -222,7 +217,6 @@ class CompiledCallables:
 
 # Process-wide: a key fully determines the artifact, so models and policies share them.
 COMPILED = CompiledCallables()
-compiled_callable = COMPILED.get  # for callers outside a policy (bench.linear)
 
 
 class Counters(Counter):

@@ -3,6 +3,7 @@ linear calls, the kernel microbenchmark, HF generate and the measured route tabl
 
 from __future__ import annotations
 
+from ...budget import MIB
 from ..hf_generate import summarize as hf_generate_summarize
 from ..results import WARM, Run, m1_gbs
 from .stats import ratio, request_stats, spread
@@ -14,7 +15,6 @@ ONE_BATCH_METRICS = (("prefill_throughput", "prefill tok/s"), ("median_decode_th
 # The target's measure first: the peak from the end of weight loading on, where the policy packs.
 RSS_MEASURES = ("one-batch peak RSS after weight loading (warm median)",
                 "one-batch peak RSS, whole process (warm median)", "server steady RSS (after the last level)")
-MIB = 2**20
 
 
 def one_batch_summary(run: Run) -> dict[str, dict[str, dict[str, dict | None]]]:
