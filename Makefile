@@ -24,7 +24,7 @@ BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
-	@echo "make check  - fast policy tests (tests/unit)"
+	@echo "make check  - the fast tier: tests/unit and tests/integration (no server, no container; a few minutes)"
 	@echo "make test   - the whole suite"
 	@echo "make lint   - ruff, shellcheck, yamllint, ansible-lint"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
@@ -55,8 +55,10 @@ $(VENV)/.installed: requirements/lock.txt pyproject.toml
 	$(PY) -m sglang_rvv_boot
 	touch $@
 
+# The tiers are tests/ directories, each a marker (tests/conftest.py): unit, integration, e2e,
+# images, ansible, infra.
 check: venv
-	$(PYTEST) tests/unit
+	$(PYTEST) -m "unit or integration"
 
 test: venv lint
 	$(PYTEST) tests

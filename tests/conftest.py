@@ -4,7 +4,11 @@ import pytest
 
 from sglang_rvv import tiny
 
-INFRA = Path(__file__).parent / "infra"
+TESTS = Path(__file__).parent
+INFRA = TESTS / "infra"
+# The tiers, one a directory, each a marker of the same name (pyproject.toml lists them):
+# `make check` runs the first two, `make test` all.
+TIERS = ("unit", "integration", "e2e", "images", "ansible", "infra")
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
@@ -13,6 +17,15 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     if collection_path == INFRA and not config.getoption("hosts", None):
         return True
     return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its directory's tier, so `-m unit`, `-m "not images"` and the like select by it."""
+    for item in items:
+        tier = item.path.relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}")
+        item.add_marker(tier)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Shared fixtures for the end-to-end tests: tiny checkpoints, one Inductor cache, the e2e marker."""
+"""Shared fixtures for the end-to-end tests: tiny checkpoints, one Inductor cache."""
 
 from __future__ import annotations
 
@@ -11,14 +11,6 @@ from sglang_rvv.checkpoint import write_tiny_checkpoint
 from sglang_rvv.tiny import ARCHS
 
 REPO = Path(__file__).resolve().parents[2]
-E2E_DIR = Path(__file__).resolve().parent
-
-
-def pytest_collection_modifyitems(config, items):
-    """Every test under tests/e2e is an e2e test (select with ``-m e2e``, skip with ``-m 'not e2e'``)."""
-    for item in items:
-        if E2E_DIR in item.path.resolve().parents:
-            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session", autouse=True)

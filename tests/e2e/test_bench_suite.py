@@ -18,7 +18,6 @@ import pytest
 from sglang_rvv.bench.results import COLD, WARM, load_run
 from sglang_rvv.bench.suite import kernel_threads
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SGLANG_RVV = Path(sys.executable).with_name("sglang-rvv")
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 

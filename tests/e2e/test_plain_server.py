@@ -10,8 +10,6 @@ import pytest
 from sglang_rvv.launch.client import ServerError
 from sglang_rvv.launch.process import SGLangServer
 
-pytestmark = pytest.mark.e2e
-
 MAX_TOKENS = 8
 
 

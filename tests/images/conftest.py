@@ -14,15 +14,6 @@ from pathlib import Path
 import pytest
 from image_support import HOST_ARCH, lock_get, run
 
-IMAGES_DIR = Path(__file__).resolve().parent
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if IMAGES_DIR in item.path.resolve().parents:
-            item.add_marker(pytest.mark.e2e)
-            item.add_marker(pytest.mark.slow)
-
 
 @pytest.fixture(scope="session")
 def podman() -> str:
