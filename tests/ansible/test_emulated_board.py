@@ -1,6 +1,7 @@
 """provision.yml against an emulated board: a riscv64 Debian container under qemu-user,
 reached through the containers.podman connection. It must pass (RVV and memory allowed as
-emulated, and reported so), change nothing on a second run, and then pass the host checks."""
+emulated, and reported so), change nothing on a second run, and then pass the host checks;
+switching the governor and zram off removes what board_tuning set up for them."""
 
 from __future__ import annotations
 
@@ -124,3 +125,34 @@ def test_the_quadlet_units_generate_services_with_the_compose_settings(provision
         assert option in gateway, option
     for unit in (service, gateway):
         assert "Restart=on-failure" in unit and "WantedBy=multi-user.target" in unit
+
+
+def _on_board(board_container, command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", "exec", board_container, "sh", "-c", command], capture_output=True, text=True)
+
+
+def test_switching_the_governor_and_zram_off_removes_what_tuning_set_up(provisioned, board_inventory, board_container):
+    """The board has no systemd or cpufreq, so board_tuning never set either up here: leave what
+    it leaves (the governor's boot unit, and zramswap's configuration marked as its own), then
+    switch both off. The files go (the units' stop and disable need systemd, and skip), a second
+    run changes nothing, and a zram configuration board_tuning did not write stays."""
+    assert provisioned[0].returncode == 0, "provisioning failed"
+    unit, zram = "/etc/systemd/system/sglang-rvv-cpufreq.service", "/etc/default/zramswap"
+    left = _on_board(board_container, f"mkdir -p {unit.rsplit('/', 1)[0]} && printf '[Unit]\\n' > {unit}"
+                                      f" && printf '# Ansible managed (board_tuning)\\nALGO=zstd\\n' > {zram}")
+    assert left.returncode == 0, left.stderr
+    off = ("-e", '{"board_tuning_governor": "", "board_tuning_zram_enabled": false}')
+    first = playbook(board_inventory, "provision.yml", *off)
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert "governor left alone; zram off" in flat(first.stdout)
+    assert recap(first.stdout)[BOARD]["changed"] > 0
+    for path in (unit, zram):
+        assert _on_board(board_container, f"test -e {path}").returncode == 1, f"{path} is still there"
+    second = playbook(board_inventory, "provision.yml", *off)
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert recap(second.stdout)[BOARD]["changed"] == 0, second.stdout[-4000:]
+    # Not board_tuning's: left alone.
+    assert _on_board(board_container, f"printf 'ALGO=lz4\\n' > {zram}").returncode == 0
+    third = playbook(board_inventory, "provision.yml", *off)
+    assert third.returncode == 0 and recap(third.stdout)[BOARD]["changed"] == 0, third.stdout[-4000:]
+    assert _on_board(board_container, f"cat {zram}").stdout == "ALGO=lz4\n"
