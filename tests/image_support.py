@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LOCK_PY = REPO / "images" / "scripts" / "lock.py"
+SCRIPTS = REPO / "images" / "scripts"
+LOCK_PY = SCRIPTS / "lock.py"
 HEALTHCHECK = "/usr/local/lib/sglang-rvv/healthcheck.py"  # compose.yaml's healthcheck, for plain podman run
 HOST_ARCH = {"x86_64": "amd64", "riscv64": "riscv64", "aarch64": "arm64"}[os.uname().machine]
 
@@ -48,6 +49,16 @@ def run(command: list[str], *, timeout: float, log: Path | None = None, **kwargs
     if result.returncode != 0:
         pytest.fail(f"{' '.join(map(str, command))} exited {result.returncode}:\n{output[-4000:]}", pytrace=False)
     return result
+
+
+def build_emulated(arch: str, scripts: tuple[str, ...], logs: Path, *, timeout: float) -> None:
+    """ARCH's images, built (or found up to date) by SCRIPTS in order, with ARCH's binaries under
+    qemu-user; a skip that names the missing emulation where there is none."""
+    reason = emulation_missing({"arm64": "aarch64"}.get(arch, arch))
+    if reason:
+        pytest.skip(reason)
+    for script in scripts:
+        run([str(SCRIPTS / script), arch], timeout=timeout, log=logs / f"{arch}-{script}.log")
 
 
 def user_checkpoint(directory: Path, seed: int) -> Path:

@@ -16,9 +16,8 @@ import time
 import urllib.request
 
 import pytest
-from image_support import REPO, Container, emulation_missing, free_port, lock_get, run
+from image_support import REPO, SCRIPTS, Container, build_emulated, free_port, lock_get
 
-SCRIPTS = REPO / "images" / "scripts"
 BUILD_TIMEOUT = 1800  # a cold arm64 base (mmdebstrap under qemu) takes minutes
 GATEWAY_HEALTH = "/usr/local/lib/sglang-rvv/gateway.py health"
 
@@ -26,13 +25,7 @@ GATEWAY_HEALTH = "/usr/local/lib/sglang-rvv/gateway.py health"
 @pytest.fixture(scope="module")
 def arm64_gateway(podman, build_logs) -> str:
     """The arm64 base and gateway images, built (or found up to date) by the scripts."""
-    reason = emulation_missing("aarch64")
-    if reason:
-        pytest.skip(reason)
-    for script in ("build-base.sh", "build-gateway.sh"):
-        began = time.monotonic()
-        run([str(SCRIPTS / script), "arm64"], timeout=BUILD_TIMEOUT, log=build_logs / f"arm64-{script}.log")
-        print(f"{script} arm64: {time.monotonic() - began:.0f} s (qemu-aarch64: CI planning only)")
+    build_emulated("arm64", ("build-base.sh", "build-gateway.sh"), build_logs, timeout=BUILD_TIMEOUT)
     return f"localhost/sglang-rvv-gateway:{lock_get('app.version')}-arm64"
 
 

@@ -17,13 +17,12 @@ import time
 
 import pytest
 import testinfra
-from image_support import REPO, Container, emulation_missing, free_port, lock_get, run
+from image_support import REPO, SCRIPTS, Container, build_emulated, free_port, lock_get, run
 
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.launch.process import SGLangServer
 from support import assert_same_greedy, generate_greedy
 
-SCRIPTS = REPO / "images" / "scripts"
 BUILD_TIMEOUT = 3600  # a cold base build (mmdebstrap under qemu) takes many minutes
 SERVE_TIMEOUT = 1800
 PROMPTS = ["Hello, how are you", "Once upon a time there"]
@@ -34,11 +33,7 @@ REPORT = "/var/cache/sglang-rvv/inductor/{key}/sglang_rvv_report.json"
 @pytest.fixture(scope="module")
 def riscv64_runtime_image(podman, build_logs) -> str:
     """The riscv64 runtime image, built (or found up to date) by the scripts."""
-    reason = emulation_missing("riscv64")
-    if reason:
-        pytest.skip(reason)
-    for script in ("build-base.sh", "build-runtime.sh"):
-        run([str(SCRIPTS / script), "riscv64"], timeout=BUILD_TIMEOUT, log=build_logs / f"riscv64-{script}.log")
+    build_emulated("riscv64", ("build-base.sh", "build-runtime.sh"), build_logs, timeout=BUILD_TIMEOUT)
     return f"localhost/sglang-rvv-runtime:{lock_get('app.version')}-riscv64"
 
 

@@ -9,7 +9,7 @@ from .summaries import MODES, ONE_BATCH_METRICS, one_batch_summary, rss_summary,
 
 
 def render_plots(runs: list[Run], out_dir: Path) -> list[Path]:
-    from ...plots import Panel, bar_chart
+    from .charts import Panel, bar_chart
 
     several = len(runs) > 1
     labels = [run.label for run in runs]
