@@ -2,7 +2,7 @@
 
 An adapter knows one family of model classes. It lists the projection modules
 in priority order (model order: layer by layer, then lm_head), maps each onto
-one of the five projection kinds, attaches the router to it, and checks that
+one of the five projection kinds, installs its route, and checks that
 a tied lm_head is still tied.
 """
 
@@ -35,7 +35,7 @@ class Adapter:
     name: str
     kinds: dict[str, str]  # last name component -> projection kind
     detect: Callable[[torch.nn.Module], bool]
-    attach: Callable[[torch.nn.Module, ModuleRoute], None]
+    install_route: Callable[[torch.nn.Module, ModuleRoute], None]
     lm_head_tied: Callable[[torch.nn.Module], bool]
     # Why a module must be left exactly as the framework built it (not even routed).
     module_gate: Callable[[torch.nn.Module], str | None] = lambda module: None
@@ -77,7 +77,7 @@ class RoutedLinear:
 _ROUTED_CLASSES: dict[type, type] = {}
 
 
-def attach_routed_linear(module: torch.nn.Module, route: ModuleRoute) -> None:
+def install_routed_linear(module: torch.nn.Module, route: ModuleRoute) -> None:
     module.__dict__[ROUTE_ATTR] = route
     cls = type(module)
     if issubclass(cls, RoutedLinear):
@@ -105,7 +105,7 @@ def _hf_tied(model: torch.nn.Module) -> bool:
 
 
 HF_ADAPTER = Adapter(
-    name="transformers", kinds=_HF_KINDS, detect=_detect_hf, attach=attach_routed_linear,
+    name="transformers", kinds=_HF_KINDS, detect=_detect_hf, install_route=install_routed_linear,
     lm_head_tied=_hf_tied,
 )
 
@@ -135,7 +135,7 @@ def hf_named_adapter(name: str = "hf_named") -> Adapter:
     ``gate_proj``/``up_proj``/``down_proj`` (kinds as in transformers) and ``lm_head``.
     """
     return Adapter(
-        name=name, kinds=_HF_KINDS, detect=_detect_hf_named, attach=attach_routed_linear,
+        name=name, kinds=_HF_KINDS, detect=_detect_hf_named, install_route=install_routed_linear,
         lm_head_tied=_hf_named_tied,
     )
 
@@ -148,10 +148,10 @@ def _detect_sglang(model: torch.nn.Module) -> bool:
 
 
 # sglang_rvv.srt.methods needs SGLang: imported only once an SGLang model is adapted.
-def _attach_sglang(module: torch.nn.Module, route: ModuleRoute) -> None:
-    from .srt.methods import attach
+def _install_sglang_route(module: torch.nn.Module, route: ModuleRoute) -> None:
+    from .srt.methods import install_route
 
-    attach(module, route)
+    install_route(module, route)
 
 
 def _sglang_module_gate(module: torch.nn.Module) -> str | None:
@@ -165,7 +165,7 @@ def _sglang_tied(model: torch.nn.Module) -> bool:
 
 
 SGLANG_ADAPTER = Adapter(
-    name="sglang", kinds=_SGLANG_KINDS, detect=_detect_sglang, attach=_attach_sglang,
+    name="sglang", kinds=_SGLANG_KINDS, detect=_detect_sglang, install_route=_install_sglang_route,
     lm_head_tied=_sglang_tied, module_gate=_sglang_module_gate,
 )
 

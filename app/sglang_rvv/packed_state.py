@@ -76,7 +76,7 @@ class PackedWeightSource:
         )
 
 
-def attach(module: torch.nn.Module, weight: torch.Tensor) -> torch.Tensor:
+def pack_into(module: torch.nn.Module, weight: torch.Tensor) -> torch.Tensor:
     """Pack ``weight`` into a buffer owned by ``module`` and record its source."""
     release(module)  # free the old copy before allocating the new one
     with torch.inference_mode(False), torch.no_grad():

@@ -2,7 +2,7 @@
 
 It resolves the model's adapter, walks its projections in priority order,
 applies the static gate and the memory budget, gives the chosen modules a
-packed buffer, attaches the router to every projection, checks that a tied
+packed buffer, installs the route of every projection, checks that a tied
 lm_head stays tied, and returns a report. Installing again reconciles: valid
 buffers are kept, stale ones rebuilt, and ones the new plan drops are freed.
 """
@@ -127,7 +127,7 @@ class RvvPolicy:
             route = module.__dict__.get(routing.ROUTE_ATTR)
             if route is None or route.context is not self.context:
                 route = routing.ModuleRoute(self.context, kind)
-                self.adapter.attach(module, route)
+                self.adapter.install_route(module, route)
             route.source = packed_state.PackedWeightSource.capture(module.weight)
             reason = routing.static_gate(kind, module.weight, getattr(module, "bias", None))
             if reason is None and config.packed_weight_mode == "off":
@@ -163,7 +163,7 @@ class RvvPolicy:
         for name, module, route in chosen:
             route.status = routing.Status.PACKED
             if not packed_state.has_packed(module):
-                packed_state.attach(module, module.weight)
+                packed_state.pack_into(module, module.weight)
             report.packed.append(name)
             report.packed_bytes += _buffer_bytes(module)
         report.tied_lm_head = self.adapter.validate_tied_lm_head(model)

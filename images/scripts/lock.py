@@ -169,6 +169,26 @@ def _check_shas(where: str, table: dict, problems: list[str]) -> None:
             problems.append(f"{where}.\"{name}\": not a sha256 ({value!r})")
 
 
+# Where the app version is written besides pyproject.toml: the package's __version__ (read where
+# the package is not installed, e.g. the fleet client's mounted source) and the compose files'
+# default image tags. Each must say the same; a bump edits them all.
+VERSION_COPIES = {
+    "app/sglang_rvv/__init__.py": re.compile(r'^__version__ = "([^"]+)"$', re.M),
+    "compose/compose.yaml": re.compile(r"localhost/sglang-rvv:([0-9][^-]*)-"),
+    "compose/gateway.yaml": re.compile(r"localhost/sglang-rvv-gateway:([0-9][^-]*)-"),
+}
+
+
+def _version_copies(version: str) -> list[str]:
+    problems = []
+    for name, pattern in VERSION_COPIES.items():
+        found = pattern.findall((REPO_DIR / name).read_text())
+        if found != [version]:
+            problems.append(f"{name}: app version {', '.join(found) or 'not found'} != pyproject.toml {version} "
+                            f"(a version bump edits pyproject.toml and every copy: {', '.join(VERSION_COPIES)})")
+    return problems
+
+
 def check(lock: dict) -> list[str]:
     """Everything wrong with the lock, each naming its key; [] when consistent."""
     problems: list[str] = []
@@ -185,6 +205,7 @@ def check(lock: dict) -> list[str]:
     app_version = pyproject["project"]["version"]
     if app_version != lock["app"]["version"]:
         problems.append(f"{L}: app.version {lock['app']['version']} != pyproject.toml version {app_version}")
+    problems += _version_copies(app_version)
 
     req_path = REPO_DIR / lock["python"]["requirements"]
     actual = sha256_file(req_path)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import subprocess
+import tomllib
 
 import pytest
 from image_support import LOCK_PY, REPO
@@ -51,3 +54,21 @@ def test_refresh_rewrites_stale_derived_pins_and_nothing_else(tmp_path, pins):
     if refresh_message:
         assert refresh_message in refresh.stdout
     assert lock.read_text() == good  # comments, order and every other pin untouched
+
+
+def test_a_copy_of_the_app_version_that_disagrees_is_named(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("lock_py", LOCK_PY)
+    lock_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock_py)
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    for name in lock_py.VERSION_COPIES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, tmp_path / name)
+    monkeypatch.setattr(lock_py, "REPO_DIR", tmp_path)
+    assert lock_py._version_copies(version) == []
+
+    gateway = tmp_path / "compose/gateway.yaml"
+    gateway.write_text(gateway.read_text().replace(f"gateway:{version}-", "gateway:0.0.9-"))
+    (problem,) = lock_py._version_copies(version)
+    assert problem.startswith(f"compose/gateway.yaml: app version 0.0.9 != pyproject.toml {version} "
+                              "(a version bump edits pyproject.toml and every copy: app/sglang_rvv/__init__.py")

@@ -2,7 +2,7 @@
 
 import torch
 
-from sglang_rvv.srt.methods import RvvLinearMethod, RvvLmHeadMethod, attach, sglang_gate
+from sglang_rvv.srt.methods import RvvLinearMethod, RvvLmHeadMethod, install_route, sglang_gate
 
 
 def _module(method, tp_size=1):
@@ -16,7 +16,7 @@ def test_linear_method_keeps_sglang_isinstance_checks():
     from sglang.srt.layers.quantization.unquant import UnquantizedLinearMethod
 
     module = _module(UnquantizedLinearMethod())
-    attach(module, route=object())
+    install_route(module, route=object())
     assert type(module.quant_method) is RvvLinearMethod
     assert isinstance(module.quant_method, UnquantizedLinearMethod)
 
@@ -28,7 +28,7 @@ def test_lm_head_method_is_applied_by_the_logits_processor():
     module = _module(UnquantizedEmbeddingMethod())
     module.weight = torch.nn.Parameter(torch.zeros(4, 4), requires_grad=False)
     assert not should_apply_lm_head_quant_method(module, module.quant_method)
-    attach(module, route=object())
+    install_route(module, route=object())
     assert type(module.quant_method) is RvvLmHeadMethod
     # LogitsProcessor now calls our apply() for the logits matmul...
     assert should_apply_lm_head_quant_method(module, module.quant_method)

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import routing
-from ..adapters import Adapter, attach_routed_linear
+from ..adapters import Adapter, install_routed_linear
 from ..config import RvvPolicyConfig
 from ..kernels import rvv
 from ..ops import PROVIDER_NAME, PROVIDER_REASON, packed_bf16_linear
@@ -134,7 +134,7 @@ def _bench_policy(modules: list[torch.nn.Module]) -> RvvPolicy:
     root.copies = torch.nn.ModuleList(modules)
     root.config = SimpleNamespace(tie_word_embeddings=False)
     kinds = {k: k for k in routing.PROJECTIONS}
-    adapter = Adapter("bench", kinds, lambda m: True, attach_routed_linear, lambda m: False)
+    adapter = Adapter("bench", kinds, lambda m: True, install_routed_linear, lambda m: False)
     policy = RvvPolicy(root, adapter, RvvPolicyConfig(memory_budget_mib=2**40))
     policy.reconcile()
     policy.root = root  # keep the container alive: the policy holds it weakly

@@ -39,7 +39,7 @@ def sglang_gate(module: torch.nn.Module) -> str | None:
     return None
 
 
-def attach(module: torch.nn.Module, route: ModuleRoute) -> None:
+def install_route(module: torch.nn.Module, route: ModuleRoute) -> None:
     module.__dict__[ROUTE_ATTR] = route
     method = module.quant_method
     if isinstance(method, (RvvLinearMethod, RvvLmHeadMethod)):
