@@ -1,7 +1,7 @@
 """What the host lets this process have and what it is: every fact read from cgroups and /proc.
 
-* the CPUs: :func:`usable_cpus` (affinity mask, capped by the cgroup CPU quota) and
-  :func:`cpu_model` (``/proc/cpuinfo``);
+* the CPUs: :func:`usable_cpus` (affinity mask, capped by the cgroup CPU quota),
+  :func:`cpu_model` and :func:`cpu_isa` (``/proc/cpuinfo``) and :func:`hwcap` (``AT_HWCAP``);
 * the memory: :func:`available_memory` (``MemAvailable`` and every cgroup limit above the
   process), :func:`rss_bytes` (``statm``), :func:`peak_rss_bytes` (``VmHWM``) and
   :func:`reset_peak_rss` (``clear_refs``).
@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 import platform
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC = Path("/proc")
 _V1_UNLIMITED = 1 << 60  # cgroup v1 reports "no limit" as a huge page-aligned number
+AT_HWCAP = 16  # the auxiliary vector entry of the CPU capability bits
 _STATM_PAGE = 4096  # statm counts pages: 4 KiB on the x86-64 and riscv64 hosts this serves on
 
 
@@ -39,9 +41,14 @@ def _cgroup_cpu_limit(root: Path) -> int | None:
     return -(-int(quota) // int(period))
 
 
+def affinity() -> list[int]:
+    """The CPUs this process may run on (its affinity mask), in order."""
+    return sorted(os.sched_getaffinity(0))
+
+
 def usable_cpus(cgroup_root: Path = CGROUP_ROOT) -> int:
     """CPUs in this process's affinity mask, capped by the cgroup CPU quota."""
-    cpus = len(os.sched_getaffinity(0))
+    cpus = len(affinity())
     limit = _cgroup_cpu_limit(cgroup_root)
     return max(1, min(cpus, limit) if limit else cpus)
 
@@ -57,6 +64,31 @@ def cpu_model() -> str:
     fields = {key.strip(): value.strip() for key, value in fields.items()}
     found = [fields[key] for key in ("model name", "isa", "uarch") if key in fields]
     return "; ".join(found) or platform.processor() or "unknown"
+
+
+def cpu_isa() -> str | None:
+    """The first ``isa`` line of /proc/cpuinfo (a riscv64 Linux kernel writes one per hart)."""
+    try:
+        with open(PROC / "cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "isa":
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def hwcap() -> int | None:
+    """AT_HWCAP from /proc/self/auxv (what the Linux kernel, or qemu-user, grants user space)."""
+    try:
+        data = (PROC / "self" / "auxv").read_bytes()
+    except OSError:
+        return None
+    for key, value in struct.iter_unpack("=QQ", data[: len(data) // 16 * 16]):
+        if key == AT_HWCAP:
+            return value
+    return None
 
 
 # -- memory ----------------------------------------------------------------------

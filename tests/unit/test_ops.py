@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
-from sglang_rvv import layout, ops
+from sglang_rvv import host, layout, ops
 from sglang_rvv.layout import BLOCK_N, LayoutError
 from support import assert_bf16_close, sqnr_db
 
@@ -129,8 +129,8 @@ def test_riscv64_without_v_falls_back_with_one_warning(monkeypatch, caplog):
     from sglang_rvv.kernels import choose_provider, rvv
 
     monkeypatch.setattr(rvv.platform, "machine", lambda: "riscv64")
-    monkeypatch.setattr(rvv, "cpuinfo_isa", lambda: "rv64imafdc_zicsr")
-    monkeypatch.setattr(rvv, "hwcap", lambda: 0x112D)
+    monkeypatch.setattr(host, "cpu_isa", lambda: "rv64imafdc_zicsr")
+    monkeypatch.setattr(host, "hwcap", lambda: 0x112D)
     rvv._probe.cache_clear()
     try:
         with caplog.at_level("WARNING", logger="sglang_rvv"):
@@ -149,8 +149,8 @@ def test_riscv64_with_v_but_no_library_names_the_path(monkeypatch, tmp_path):
     from sglang_rvv.kernels import rvv
 
     monkeypatch.setattr(rvv.platform, "machine", lambda: "riscv64")
-    monkeypatch.setattr(rvv, "cpuinfo_isa", lambda: None)
-    monkeypatch.setattr(rvv, "hwcap", lambda: 0x112D | rvv.HWCAP_V)  # qemu-user: no isa line, V in AT_HWCAP
+    monkeypatch.setattr(host, "cpu_isa", lambda: None)
+    monkeypatch.setattr(host, "hwcap", lambda: 0x112D | rvv.HWCAP_V)  # qemu-user: no isa line, V in AT_HWCAP
     monkeypatch.setenv(rvv.LIB_ENV, str(tmp_path / "libsglang_rvv_kernels.so"))
     rvv._probe.cache_clear()
     try:

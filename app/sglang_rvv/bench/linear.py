@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from .. import routing
+from .. import host, routing
 from ..adapters import Adapter, install_routed_linear
 from ..config import RvvPolicyConfig
 from ..kernels import rvv
@@ -125,7 +125,7 @@ def kernel_facts() -> dict:
     kernel_isa = native.kernel_isa() if hasattr(native, "kernel_isa") else None
     vlen = re.search(r"\bvlen=(\d+)", kernel_isa or "")
     return {"provider": PROVIDER_NAME, "provider_reason": PROVIDER_REASON, "kernel_isa": kernel_isa,
-            "vlen": int(vlen.group(1)) if vlen else None, "isa": rvv.cpuinfo_isa()}
+            "vlen": int(vlen.group(1)) if vlen else None, "isa": host.cpu_isa()}
 
 
 def _bench_policy(modules: list[torch.nn.Module]) -> RvvPolicy:

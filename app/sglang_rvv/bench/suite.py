@@ -39,7 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..host import usable_cpus
+from ..host import affinity, usable_cpus
 from ..inductor_cache import STATE_ENV
 from ..launch.process import SGLangServer
 from ..tiny import REAL_SHAPES
@@ -156,7 +156,7 @@ def run_fleet(model: Path, run_dir: Path, prov: dict, requests: int, seed: int, 
         progress.say(f"fleet: left out: {reason}")
         return reason
     with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-inductor-fleet-") as cache:
-        for name, shares in fleet.layouts(sorted(os.sched_getaffinity(0))).items():
+        for name, shares in fleet.layouts(affinity()).items():
             split = " | ".join(",".join(map(str, share)) for share in shares)
             servers = [SGLangServer(model, extra_args=[*one_batch.MODES["on"], "--cpu-rvv-warmup"],
                                     env={"TORCHINDUCTOR_CACHE_DIR": cache}, cpus=share,

@@ -17,17 +17,15 @@ import functools
 import json
 import os
 import platform
-import struct
 from pathlib import Path
 
 import torch
 
-from .. import layout
+from .. import host, layout
 
 NAME = "rvv"
 LIB_ENV = "SGLANG_RVV_KERNELS_LIB"
 DEFAULT_LIB = Path(__file__).resolve().parent / "lib" / "libsglang_rvv_kernels.so"
-AT_HWCAP = 16
 HWCAP_V = 1 << (ord("V") - ord("A"))
 
 
@@ -56,31 +54,6 @@ def linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features: int) 
 decompose = linear
 
 
-def cpuinfo_isa() -> str | None:
-    """The first ``isa`` line of /proc/cpuinfo (a riscv64 Linux kernel writes one per hart)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "isa":
-                    return value.strip()
-    except OSError:
-        pass
-    return None
-
-
-def hwcap() -> int | None:
-    """AT_HWCAP from /proc/self/auxv (what the Linux kernel, or qemu-user, grants user space)."""
-    try:
-        data = Path("/proc/self/auxv").read_bytes()
-    except OSError:
-        return None
-    for key, value in struct.iter_unpack("=QQ", data[: len(data) // 16 * 16]):
-        if key == AT_HWCAP:
-            return value
-    return None
-
-
 def isa_has_v(isa: str) -> bool:
     """Whether an ISA string (``rv64imafdcv_zicbom_...``) has V among its single-letter extensions."""
     single_letters = isa.lower().split("_")[0]
@@ -89,7 +62,7 @@ def isa_has_v(isa: str) -> bool:
 
 def missing_v() -> str | None:
     """Why this CPU does not count as having V, or None when /proc/cpuinfo or AT_HWCAP reports it."""
-    isa, caps = cpuinfo_isa(), hwcap()
+    isa, caps = host.cpu_isa(), host.hwcap()
     if (isa is not None and isa_has_v(isa)) or (caps is not None and caps & HWCAP_V):
         return None
     return (f"the CPU reports no V (vector) extension: /proc/cpuinfo isa {isa or 'absent'}, "
