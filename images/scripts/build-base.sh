@@ -6,17 +6,15 @@
 #   images/scripts/build-base.sh [--force] [ARCH]     (ARCH defaults to the host's)
 #
 # The result is tagged only when complete (temporary names until then). An existing
-# image whose io.sglang-rvv.base-inputs label matches the lock is kept unless --force.
+# image whose io.sglang-rvv.inputs label is the lock's base inputs (lock.py base-inputs,
+# also the label io.sglang-rvv.base-inputs of this image and of every image built on it)
+# is kept unless --force.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 
 FORCE=0
 ARCH=""
-ROOTFS_REF=""
-TMP_REF=""
-
-parse_args() { parse_build_args '2,10' "$@"; }
 
 # Downloaded .debs are kept in BUILD_DIR/debs-SUITE-ARCH between builds (mmdebstrap's
 # sync-in/sync-out recipe); the image itself never contains them. apt's partial/ keeps the
@@ -59,55 +57,28 @@ make_rootfs() {
     "${suite}" "${out}" "${mirror}"
 }
 
-import_rootfs() {
-  local tarball="$1" tmp_ref="$2"
-  heartbeat "podman import" podman import --quiet --arch "${ARCH}" --os linux "${tarball}" "${tmp_ref}" >/dev/null
-}
-
-build_image() {
-  local rootfs_ref="$1" tmp_ref="$2" labels
+# build WORKDIR (build_step's FUNCTION): the rootfs tarball (kept as WORKDIR/rootfs.tar),
+# imported under a temporary name, then images/base/Containerfile on it with the lock's labels.
+build() {
+  local workdir="$1" suffix="tmp-$$" rootfs_ref labels
+  need_emulation "${ARCH}"
+  mkdir -p "${workdir}"
+  rm -rf "${workdir}"/rootfs.tar*
+  make_rootfs "${workdir}/rootfs.tar.${suffix}" "${workdir}"
+  mv "${workdir}/rootfs.tar.${suffix}" "${workdir}/rootfs.tar"
+  log "rootfs.tar: $(du -h "${workdir}/rootfs.tar" | cut -f1)"
+  rootfs_ref="localhost/sglang-rvv-rootfs:${ARCH}-${suffix}"
+  TMP_REFS+=("${rootfs_ref}")
+  heartbeat "podman import" podman import --quiet --arch "${ARCH}" --os linux "${workdir}/rootfs.tar" "${rootfs_ref}" >/dev/null
   mapfile -t labels < <(python3 "${LOCK_PY}" labels "${ARCH}" base)
-  podman build --quiet \
-    --pull=never --network=none --layers=false --arch "${ARCH}" \
-    --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
-    --build-arg "ROOTFS=${rootfs_ref}" \
-    "${labels[@]}" \
-    --tag "${tmp_ref}" \
-    --file "${IMAGES_DIR}/base/Containerfile" "${IMAGES_DIR}/base" >/dev/null
-}
-
-cleanup() {
-  [[ -n ${ROOTFS_REF} ]] && podman rmi --ignore "${ROOTFS_REF}" >/dev/null 2>&1
-  [[ -n ${TMP_REF} ]] && podman rmi --ignore "${TMP_REF}" >/dev/null 2>&1
-  return 0
+  build_image "${IMAGES_DIR}/base" "${IMAGES_DIR}/base/Containerfile" --build-arg "ROOTFS=${rootfs_ref}" "${labels[@]}"
 }
 
 main() {
-  parse_args "$@"
-  need_root
-  need_cmd podman mmdebstrap python3
-  python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
-  local image want workdir suffix
-  image=$(image_name base "${ARCH}")
-  want=$(python3 "${LOCK_PY}" base-inputs "${ARCH}")
-  kept "${image}" base-inputs "${want}" && return
-  need_emulation "${ARCH}"
-  timer_start
-  workdir="${BUILD_DIR}/base-${ARCH}"
-  mkdir -p "${workdir}"
-  suffix="tmp-$$"
-  rm -rf "${workdir}"/rootfs.tar*
-  trap cleanup EXIT
-  make_rootfs "${workdir}/rootfs.tar.${suffix}" "${workdir}"
-  mv "${workdir}/rootfs.tar.${suffix}" "${workdir}/rootfs.tar"
-  ROOTFS_REF="localhost/sglang-rvv-rootfs:${ARCH}-${suffix}"
-  TMP_REF="${image}-${suffix}"
-  import_rootfs "${workdir}/rootfs.tar" "${ROOTFS_REF}"
-  build_image "${ROOTFS_REF}" "${TMP_REF}"
-  promote_image "${TMP_REF}" "${image}"
-  TMP_REF=""
-  timer_report "base ${ARCH}"
-  log "${image}: $(podman image inspect --format '{{.Size}}' "${image}" | numfmt --to=iec), rootfs.tar $(du -h "${workdir}/rootfs.tar" | cut -f1)"
+  build_start '2,12' base "$@"
+  need_cmd mmdebstrap
+  need_lock_current
+  build_step "$(image_name base "${ARCH}")" "$(python3 "${LOCK_PY}" base-inputs "${ARCH}")" build "${BUILD_DIR}/base-${ARCH}"
 }
 
 main "$@"

@@ -10,7 +10,8 @@
 #    land in a host directory, at the same path the runtime later uses;
 # 2. copies that directory into the image (images/cache/Containerfile).
 # The warm-up runs on this host's CPU: its artifacts and manifest are for this CPU's ISA,
-# which the entrypoint checks at every start. Kept when up to date unless --force.
+# which the entrypoint checks at every start. An image whose io.sglang-rvv.inputs label is
+# the model image's id is kept unless --force.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +19,6 @@ source "$(dirname "$0")/lib.sh"
 FORCE=0
 ARCH=""
 MODEL=""
-TMP_REF=""
 APP_UID=10001
 
 warm_cache() {
@@ -34,31 +34,28 @@ warm_cache() {
     || die "warm-up in ${model_image} failed (log above)"
 }
 
+# build MODEL_IMAGE CTX (build_step's FUNCTION): the warm-up, then the image.
+build() {
+  local model_image="$1" ctx="$2"
+  warm_cache "${model_image}" "${ctx}/inductor"
+  build_image "${ctx}" "${IMAGES_DIR}/cache/Containerfile" \
+    --build-arg "MODEL_IMAGE=${model_image}" \
+    --label "${LABEL_PREFIX}.image=cache" \
+    --label "${LABEL_PREFIX}.cache=warm"
+}
+
 main() {
-  parse_build_args '2,12' "$@"
-  need_root
-  need_arch_image cache
-  need_cmd podman python3
+  build_start '2,14' cache "$@"
   MODEL=$(model_key "${MODEL}")
-  local model_image image inputs ctx
+  local model_image ctx
   model_image=$(image_name model "${ARCH}" "${MODEL}")
-  image=$(image_name cache "${ARCH}" "${MODEL}")
   image_exists "${model_image}" || die "model image ${model_image} not found: run images/scripts/build-model.sh ${ARCH} ${MODEL}"
   [[ $(image_label "${model_image}" "${LABEL_PREFIX}.serving") != unavailable ]] \
     || die "${model_image} cannot serve (no SGLang: ${ARCH} without the patched wheelhouse), so there is nothing to warm; build with CACHE=cold"
-  inputs=$(podman image inspect --format '{{.Id}}' "${model_image}")
-  kept "${image}" cache-inputs "${inputs}" && return
-  timer_start
   ctx="${BUILD_DIR}/cache-context-${MODEL}-${ARCH}"
-  warm_cache "${model_image}" "${ctx}/inductor"
-  trap cleanup_tmp_ref EXIT
-  build_and_promote "${image}" "${ctx}" "${IMAGES_DIR}/cache/Containerfile" \
-    --build-arg "MODEL_IMAGE=${model_image}" \
-    --label "${LABEL_PREFIX}.image=cache" \
-    --label "${LABEL_PREFIX}.cache=warm" \
-    --label "${LABEL_PREFIX}.cache-inputs=${inputs}"
+  build_step "$(image_name cache "${ARCH}" "${MODEL}")" "$(podman image inspect --format '{{.Id}}' "${model_image}")" \
+    build "${model_image}" "${ctx}"
   rm -rf "${ctx}"
-  timer_report "warm image ${MODEL} ${ARCH}"
 }
 
 main "$@"

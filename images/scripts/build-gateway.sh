@@ -6,8 +6,8 @@
 # The gateway runs in front of REPLICAS=N appliances (compose/gateway.yaml, make up REPLICAS=N)
 # on the controller or any amd64/arm64 host: never on a board, as smg has no riscv64 wheel.
 # 1. stages a context: images/lock.toml [tools.gateway] at requirements/lock.txt's hashes,
-#    images/gateway/'s files; digests it with the base image id: an image labelled with that
-#    digest is kept (unless --force);
+#    images/gateway/'s files; digests it with the base image id: an image whose
+#    io.sglang-rvv.inputs label is that digest is kept (unless --force);
 # 2. downloads the wheels into BUILD_DIR/wheelhouse-ARCH (shared with the runtime image), for
 #    lock arch.ARCH.wheel_platforms where set (arm64: from any host), else the host's;
 # 3. podman build --network=none (another arch's binaries run under qemu-user), tagged only
@@ -18,7 +18,6 @@ source "$(dirname "$0")/lib.sh"
 
 ARCH=""
 FORCE=0
-TMP_REF=""
 PLATFORM=()
 
 # PLATFORM: pip download's arguments for ARCH's wheels: the lock's wheel_platforms with its
@@ -39,16 +38,26 @@ set_wheel_platforms() {
   PLATFORM+=(--python-version "${python}" --implementation cp --abi "cp${python/./}")
 }
 
+# build CTX BASE DIGEST (build_step's FUNCTION): the wheels into the context, then the image.
+build() {
+  local ctx="$1" base="$2" digest="$3"
+  fill_wheelhouse "${BUILD_DIR}/wheelhouse-${ARCH}" "${ctx}/requirements.txt" "${PLATFORM[@]}"
+  link_wheels "${ctx}" "${BUILD_DIR}/wheelhouse-${ARCH}"
+  build_image "${ctx}" "${ctx}/Containerfile" \
+    --build-arg "BASE_IMAGE=${base}" \
+    --build-arg "CONTEXT_DIGEST=${digest}" \
+    --label "${LABEL_PREFIX}.image=gateway" \
+    --label "${LABEL_PREFIX}.arch=${ARCH}" \
+    --label "${LABEL_PREFIX}.gateway=$(sed -n 's/^\(smg==[^ ]*\).*/\1/p' "${ctx}/requirements.txt")" \
+    --label "org.opencontainers.image.revision=$(source_revision)"
+}
+
 main() {
-  parse_build_args '2,14' "$@"
-  need_root
-  need_cmd podman python3
-  need_arch_image gateway
-  local base image ctx digest
+  build_start '2,14' gateway "$@"
+  local base ctx digest
   set_wheel_platforms
   need_emulation "${ARCH}"
   base=$(image_name base "${ARCH}")
-  image=$(image_name gateway "${ARCH}")
   image_exists "${base}" || die "base image ${base} not found: run images/scripts/build-base.sh ${ARCH}"
   ctx="${BUILD_DIR}/gateway-context-${ARCH}"
   rm -rf "${ctx}"
@@ -56,24 +65,8 @@ main() {
   python3 "${LOCK_PY}" tool-requirements gateway "${ctx}/requirements.txt"
   cp "${IMAGES_DIR}"/gateway/{Containerfile,gateway.py} "${IMAGES_DIR}/scripts/compile-pyc.py" "${ctx}/"
   digest=$(context_digest "${ctx}" "${base}")
-  if kept "${image}" context-digest "${digest}"; then
-    rm -rf "${ctx}"
-    return
-  fi
-  timer_start
-  fill_wheelhouse "${BUILD_DIR}/wheelhouse-${ARCH}" "${ctx}/requirements.txt" "${PLATFORM[@]}"
-  link_wheels "${ctx}" "${BUILD_DIR}/wheelhouse-${ARCH}"
-  trap cleanup_tmp_ref EXIT
-  build_and_promote "${image}" "${ctx}" "${ctx}/Containerfile" \
-    --build-arg "BASE_IMAGE=${base}" \
-    --build-arg "CONTEXT_DIGEST=${digest}" \
-    --label "${LABEL_PREFIX}.image=gateway" \
-    --label "${LABEL_PREFIX}.arch=${ARCH}" \
-    --label "${LABEL_PREFIX}.gateway=$(sed -n 's/^\(smg==[^ ]*\).*/\1/p' "${ctx}/requirements.txt")" \
-    --label "${LABEL_PREFIX}.context-digest=${digest}" \
-    --label "org.opencontainers.image.revision=$(source_revision)"
+  build_step "$(image_name gateway "${ARCH}")" "${digest}" build "${ctx}" "${base}" "${digest}"
   rm -rf "${ctx}"
-  timer_report "gateway ${ARCH}"
 }
 
 main "$@"

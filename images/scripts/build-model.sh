@@ -9,8 +9,9 @@
 # checked, copied and hashed by images/scripts/checkpoint.py; its model key (the directory's
 # name + a digest of its files) names the image, so a changed file builds a new one. The
 # served model name is the lock's key or the directory's name (SGLANG_RVV_MODEL_NAME in the
-# image). An image labelled with the same inputs (runtime image id + the model's pins or
-# digests) is kept unless --force; a new one is tagged only when complete.
+# image). An image whose io.sglang-rvv.inputs label is the same inputs (a digest of the
+# runtime image id and the model's pins or key) is kept unless --force; a new one is tagged
+# only when complete.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +19,6 @@ source "$(dirname "$0")/lib.sh"
 FORCE=0
 ARCH=""
 MODEL=""
-TMP_REF=""
 
 # model_inputs RUNTIME: what the image is built from: the runtime image and the lock's pins
 # of MODEL, or (a checkpoint directory) its key, which holds the digest of its files.
@@ -36,19 +36,9 @@ stage_lock_model() {
     "${MODEL}" >"${ctx}/model.json"
 }
 
-main() {
-  parse_build_args '2,13' "$@"
-  need_root
-  need_arch_image model
-  need_cmd podman python3
-  local runtime image inputs ctx served revision key
-  MODEL=$(model_key "${MODEL}")
-  runtime=$(image_name runtime "${ARCH}")
-  image=$(image_name model "${ARCH}" "${MODEL}")
-  image_exists "${runtime}" || die "runtime image ${runtime} not found: run images/scripts/build-runtime.sh ${ARCH}"
-  inputs=$(model_inputs "${runtime}")
-  kept "${image}" model-inputs "${inputs}" && return
-  timer_start
+# build RUNTIME (build_step's FUNCTION): the checkpoint into a context, then the image.
+build() {
+  local runtime="$1" ctx served revision key
   ctx="${BUILD_DIR}/model-context-${MODEL}-${ARCH}"
   rm -rf "${ctx}"
   mkdir -p "${ctx}"
@@ -60,8 +50,8 @@ main() {
       log "${SGLANG_RVV_CHECKPOINT_DIR} changed while it was staged: building it as ${key}"
       rm -rf "${BUILD_DIR}/model-context-${key}-${ARCH}"
       mv "${ctx}" "${BUILD_DIR}/model-context-${key}-${ARCH}"
-      MODEL="${key}" ctx="${BUILD_DIR}/model-context-${key}-${ARCH}" image=$(image_name model "${ARCH}" "${key}")
-      inputs=$(model_inputs "${runtime}")
+      MODEL="${key}" ctx="${BUILD_DIR}/model-context-${key}-${ARCH}"
+      step_retarget "$(image_name model "${ARCH}" "${key}")" "$(model_inputs "${runtime}")"
     fi
     served=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "${ctx}/model.json")
     revision="dir:${MODEL##*-}"
@@ -70,8 +60,7 @@ main() {
     served="${MODEL}"
     revision=$(lock "models.${MODEL}.revision" 2>/dev/null || echo "tiny-seed-$(lock "models.${MODEL}.seed")")
   fi
-  trap cleanup_tmp_ref EXIT
-  build_and_promote "${image}" "${ctx}" "${IMAGES_DIR}/model/Containerfile" \
+  build_image "${ctx}" "${IMAGES_DIR}/model/Containerfile" \
     --build-arg "RUNTIME_IMAGE=${runtime}" \
     --build-arg "MODEL_NAME=${served}" \
     --label "${LABEL_PREFIX}.image=model" \
@@ -79,10 +68,17 @@ main() {
     --label "${LABEL_PREFIX}.model=${MODEL}" \
     --label "${LABEL_PREFIX}.model-name=${served}" \
     --label "${LABEL_PREFIX}.model-revision=${revision}" \
-    --label "${LABEL_PREFIX}.model-sha256=$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["sha256"], sort_keys=True, separators=(",", ":")))' "${ctx}/model.json")" \
-    --label "${LABEL_PREFIX}.model-inputs=${inputs}"
+    --label "${LABEL_PREFIX}.model-sha256=$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["sha256"], sort_keys=True, separators=(",", ":")))' "${ctx}/model.json")"
   rm -rf "${ctx}"
-  timer_report "model image ${MODEL} ${ARCH}"
+}
+
+main() {
+  build_start '2,14' model "$@"
+  local runtime
+  MODEL=$(model_key "${MODEL}")
+  runtime=$(image_name runtime "${ARCH}")
+  image_exists "${runtime}" || die "runtime image ${runtime} not found: run images/scripts/build-runtime.sh ${ARCH}"
+  build_step "$(image_name model "${ARCH}" "${MODEL}")" "$(model_inputs "${runtime}")" build "${runtime}"
 }
 
 main "$@"

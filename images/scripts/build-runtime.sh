@@ -5,8 +5,8 @@
 #
 # 1. checks images/lock.toml against the repo and the base image's labels against the lock;
 # 2. stages a build context (requirements, app sources, the arch's pins, this folder's files)
-#    and digests it with the base image id: an image labelled with that digest is kept
-#    (unless --force);
+#    and digests it with the base image id: an image whose io.sglang-rvv.inputs label is that
+#    digest is kept (unless --force);
 # 3. downloads the locked wheels into BUILD_DIR/wheelhouse-ARCH on the host (pip,
 #    hash-checked; files already there are reused) and links them into the context.
 #    Torch source 'wheel': all of requirements/lock.txt, for the host's arch. 'debian'
@@ -23,10 +23,7 @@ source "$(dirname "$0")/lib.sh"
 
 ARCH=""
 FORCE=0
-TMP_REF=""
 TORCH_SOURCE=""
-
-parse_args() { parse_build_args '2,17' "$@"; }
 
 check_supported() {
   TORCH_SOURCE=$(lock "arch.${ARCH}.torch.source")
@@ -92,50 +89,10 @@ stage_context() {
   cp "${IMAGES_DIR}"/runtime/{Containerfile,healthcheck.py,check-runtime.py} "${IMAGES_DIR}/scripts/compile-pyc.py" "${ctx}/"
 }
 
-build_image() {
-  local ctx="$1" base="$2" digest="$3" labels
-  mapfile -t labels < <(python3 "${LOCK_PY}" labels "${ARCH}" runtime)
-  heartbeat "runtime ${ARCH} build" podman build \
-    --pull=never --network=none --layers=false --arch "${ARCH}" --format oci \
-    --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
-    --build-arg "BASE_IMAGE=${base}" \
-    --build-arg "SOURCE_DATE_EPOCH=$(lock base.source_date_epoch)" \
-    --build-arg "CONTEXT_DIGEST=${digest}" \
-    --build-arg "TORCH_SOURCE=${TORCH_SOURCE}" \
-    --build-arg "INDUCTOR_CACHE_KEY=$(lock "arch.${ARCH}.inductor_cache_key")" \
-    --build-arg "QEMU_CPU=$( [[ ${ARCH} == "$(host_arch)" ]] || lock_or "arch.${ARCH}.qemu_cpu" '')" \
-    "${labels[@]}" \
-    --label "${LABEL_PREFIX}.context-digest=${digest}" \
-    --label "org.opencontainers.image.revision=$(source_revision)" \
-    --tag "${TMP_REF}" \
-    --file "${ctx}/Containerfile" "${ctx}"
-}
-
-cleanup() {
-  [[ -n ${TMP_REF} ]] && podman rmi --ignore "${TMP_REF}" >/dev/null 2>&1
-  return 0
-}
-
-main() {
-  parse_args "$@"
-  need_root
-  need_arch_image runtime
-  need_cmd podman python3
-  python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
-  check_supported
-  local base image ctx wheelhouse digest platform=()
-  base=$(image_name base "${ARCH}")
-  image=$(image_name runtime "${ARCH}")
-  check_base "${base}"
-  timer_start
-  ctx="${BUILD_DIR}/runtime-context-${ARCH}"
-  stage_context "${ctx}"
-  digest=$(context_digest "${ctx}" "${base}")
-  if kept "${image}" context-digest "${digest}"; then
-    rm -rf "${ctx}"
-    return
-  fi
-  wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}"
+# build CTX BASE DIGEST (build_step's FUNCTION): the wheelhouse (and the RVV kernels) into the
+# context, then the image.
+build() {
+  local ctx="$1" base="$2" digest="$3" wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}" platform=() labels
   python3 "${LOCK_PY}" download-requirements "${ARCH}" "${ctx}/download.txt"
   [[ ${TORCH_SOURCE} == wheel ]] || platform=("${SOURCE_PLATFORM[@]}")
   fill_wheelhouse "${wheelhouse}" "${ctx}/download.txt" "${platform[@]}"
@@ -144,14 +101,31 @@ main() {
   timer_report "wheelhouse"
   link_wheels "${ctx}" "${wheelhouse}"
   build_kernels "${base}" "${ctx}"
-  TMP_REF="${image}-tmp-$$"
-  trap cleanup EXIT
-  build_image "${ctx}" "${base}" "${digest}"
-  promote_image "${TMP_REF}" "${image}" "localhost/sglang-rvv-runtime:${ARCH}"
-  TMP_REF=""
+  mapfile -t labels < <(python3 "${LOCK_PY}" labels "${ARCH}" runtime)
+  build_image --verbose "${ctx}" "${ctx}/Containerfile" \
+    --build-arg "BASE_IMAGE=${base}" \
+    --build-arg "SOURCE_DATE_EPOCH=$(lock base.source_date_epoch)" \
+    --build-arg "CONTEXT_DIGEST=${digest}" \
+    --build-arg "TORCH_SOURCE=${TORCH_SOURCE}" \
+    --build-arg "INDUCTOR_CACHE_KEY=$(lock "arch.${ARCH}.inductor_cache_key")" \
+    --build-arg "QEMU_CPU=$( [[ ${ARCH} == "$(host_arch)" ]] || lock_or "arch.${ARCH}.qemu_cpu" '')" \
+    "${labels[@]}" \
+    --label "org.opencontainers.image.revision=$(source_revision)"
+}
+
+main() {
+  build_start '2,19' runtime "$@"
+  need_lock_current
+  check_supported
+  local base ctx digest
+  base=$(image_name base "${ARCH}")
+  check_base "${base}"
+  ctx="${BUILD_DIR}/runtime-context-${ARCH}"
+  stage_context "${ctx}"
+  digest=$(context_digest "${ctx}" "${base}")
+  build_step --also "localhost/sglang-rvv-runtime:${ARCH}" "$(image_name runtime "${ARCH}")" "${digest}" \
+    build "${ctx}" "${base}" "${digest}"
   rm -rf "${ctx}"
-  timer_report "runtime ${ARCH}"
-  log "${image} (also localhost/sglang-rvv-runtime:${ARCH}): $(podman image inspect --format '{{.Size}}' "${image}" | numfmt --to=iec)"
 }
 
 main "$@"

@@ -72,31 +72,13 @@ promote_image() {
   done
 }
 
-# build_and_promote IMAGE CONTEXT CONTAINERFILE [PODMAN BUILD ARGS...]: build for ARCH, offline
-# and with clamped timestamps, under the temporary name TMP_REF; then promote it to IMAGE.
-# Callers remove TMP_REF on exit (cleanup_tmp_ref) so a failed build leaves no name behind.
-build_and_promote() {
-  local image="$1" ctx="$2" file="$3"
-  shift 3
-  TMP_REF="${image}-tmp-$$"
-  heartbeat "${image} build" podman build --quiet \
-    --pull=never --network=none --layers=false --arch "${ARCH}" --format oci \
-    --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)" \
-    "$@" --tag "${TMP_REF}" --file "${file}" "${ctx}" >/dev/null
-  promote_image "${TMP_REF}" "${image}"
-  TMP_REF=""
-  log "${image}: $(podman image inspect --format '{{.Size}}' "${image}" | numfmt --to=iec)"
-}
-
-cleanup_tmp_ref() {
-  [[ -n ${TMP_REF:-} ]] && podman rmi --ignore "${TMP_REF}" >/dev/null 2>&1
-  return 0
-}
-
 # heartbeat LABEL CMD...: run CMD; while it runs, log every SGLANG_RVV_HEARTBEAT_S (30) s that
 # LABEL is still going, so a long quiet step (a download, a build step) never looks hung.
+# CMD runs in the background and is waited for, so a signal's trap (build_step's) runs at once,
+# not when CMD ends; HEARTBEAT_PIDS names CMD and the ticker until then (stop_heartbeat).
+HEARTBEAT_PIDS=()
 heartbeat() {
-  local label="$1" began ticker rc=0
+  local label="$1" began rc=0
   shift
   began=$(date +%s)
   (
@@ -108,11 +90,24 @@ heartbeat() {
       log "${label}: still running ($(( $(date +%s) - began )) s)"
     done
   ) &
-  ticker=$!
-  "$@" || rc=$?
-  kill "${ticker}" 2>/dev/null || true
-  wait "${ticker}" 2>/dev/null || true
+  HEARTBEAT_PIDS=("$!")
+  "$@" <&0 &
+  HEARTBEAT_PIDS+=("$!")
+  wait "$!" || rc=$?
+  stop_heartbeat
   return "${rc}"
+}
+
+# stop_heartbeat: end the running heartbeat's ticker and command (if any), and wait for them.
+stop_heartbeat() {
+  local pid
+  for pid in "${HEARTBEAT_PIDS[@]}"; do
+    kill "${pid}" 2>/dev/null || true
+  done
+  for pid in "${HEARTBEAT_PIDS[@]}"; do
+    wait "${pid}" 2>/dev/null || true
+  done
+  HEARTBEAT_PIDS=()
 }
 
 # fill_wheelhouse DIR REQUIREMENTS [PIP DOWNLOAD ARGS...]: download the hash-pinned wheels
@@ -185,15 +180,6 @@ image_label() {
   podman image inspect --format "{{index .Labels \"$2\"}}" "$1" 2>/dev/null | sed 's/^<no value>$//'
 }
 
-# kept IMAGE NAME VALUE: true, and says so, when IMAGE was built from the same inputs (its label
-# io.sglang-rvv.NAME is VALUE) and the build script was not given --force (FORCE=1).
-kept() {
-  local image="$1" name="$2" value="$3"
-  ((!${FORCE:-0})) && image_exists "${image}" && [[ $(image_label "${image}" "${LABEL_PREFIX}.${name}") == "${value}" ]] \
-    || return 1
-  log "${image} is up to date (${name} ${value:0:12})"
-}
-
 qemu_arch() {
   case "$1" in
     amd64) echo x86_64 ;;
@@ -240,4 +226,100 @@ parse_build_args() {
     shift
   done
   ARCH="${ARCH:-$(host_arch)}"
+}
+
+# need_lock_current: images/lock.toml agrees with the repo, or exit naming each stale pin.
+need_lock_current() {
+  python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
+}
+
+# build_start HELP_LINES IMAGE ARGS...: what every build script does first: parse ARGS
+# (parse_build_args, HELP_LINES as there), need root, podman and python3, and a lock that
+# pins IMAGE (base, runtime, model, cache, gateway) for ARCH.
+build_start() {
+  local help_lines="$1" kind="$2"
+  shift 2
+  parse_build_args "${help_lines}" "$@"
+  need_root
+  need_cmd podman python3
+  need_arch_image "${kind}"
+}
+
+# The one label the keep-or-rebuild decision reads, on every image the build scripts make: a
+# digest of everything the image was built from (each script says what that is).
+INPUTS_LABEL="${LABEL_PREFIX}.inputs"
+
+# kept IMAGE INPUTS: true, and says so, when IMAGE was built from INPUTS (its INPUTS_LABEL) and
+# the build script was not given --force (FORCE=1).
+kept() {
+  local image="$1" inputs="$2"
+  ((!${FORCE:-0})) && image_exists "${image}" && [[ $(image_label "${image}" "${INPUTS_LABEL}") == "${inputs}" ]] \
+    || return 1
+  log "${image} is up to date (inputs ${inputs:0:12})"
+}
+
+# Temporary image names of this run, removed on exit (remove_tmp_refs, which build_step traps):
+# a failed or interrupted build leaves no name, and so no half-made image, behind. A step still
+# running (a podman build) is stopped first, so it cannot tag its image after the names went.
+TMP_REFS=()
+remove_tmp_refs() {
+  local ref
+  stop_heartbeat
+  for ref in "${TMP_REFS[@]}"; do
+    podman rmi --ignore "${ref}" >/dev/null 2>&1
+  done
+  return 0
+}
+
+# build_step [--also TAG]... IMAGE INPUTS FUNCTION [ARGS...]: the build scripts' one skeleton
+# once their inputs are known. IMAGE built from INPUTS is kept (kept: "is up to date").
+# Otherwise FUNCTION ARGS... stages what the image needs and calls build_image, which builds it
+# under a temporary name labelled INPUTS; only then is it tagged IMAGE (and each TAG), and the
+# time and size reported. A FUNCTION that finds it is building another image than IMAGE (a
+# checkpoint changed while it was copied) says so first with step_retarget.
+build_step() {
+  local also=()
+  while [[ ${1:-} == --also ]]; do
+    also+=("$2")
+    shift 2
+  done
+  STEP_IMAGE="$1" STEP_INPUTS="$2" STEP_TMP=""
+  shift 2
+  kept "${STEP_IMAGE}" "${STEP_INPUTS}" && return 0
+  timer_start
+  trap remove_tmp_refs EXIT
+  trap 'exit 129' HUP
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  "$@"
+  if [[ -z ${STEP_TMP} ]] || ! image_exists "${STEP_TMP}"; then
+    die "${STEP_IMAGE}: $1 built no image"
+  fi
+  promote_image "${STEP_TMP}" "${STEP_IMAGE}" "${also[@]}"
+  timer_report "${STEP_IMAGE}"
+  log "${STEP_IMAGE}${also[*]:+ (also ${also[*]})}: $(podman image inspect --format '{{.Size}}' "${STEP_IMAGE}" | numfmt --to=iec)"
+}
+
+# step_retarget IMAGE INPUTS: the build_step under way makes IMAGE, from INPUTS, instead.
+step_retarget() { STEP_IMAGE="$1" STEP_INPUTS="$2"; }
+
+# build_image [--verbose] CONTEXT CONTAINERFILE [PODMAN BUILD ARGS...]: inside build_step, build
+# its image for ARCH, offline, with clamped timestamps and the INPUTS_LABEL, under a temporary
+# name (STEP_TMP). --verbose shows podman build's output (else only its heartbeat).
+build_image() {
+  local verbose=0 args
+  if [[ $1 == --verbose ]]; then
+    verbose=1
+    shift
+  fi
+  STEP_TMP="${STEP_IMAGE}-tmp-$$"
+  TMP_REFS+=("${STEP_TMP}")
+  args=(--pull=never --network=none --layers=false --arch "${ARCH}" --format oci
+    --identity-label=false --omit-history --timestamp "$(lock base.source_date_epoch)"
+    "${@:3}" --label "${INPUTS_LABEL}=${STEP_INPUTS}" --tag "${STEP_TMP}" --file "$2" "$1")
+  if ((verbose)); then
+    heartbeat "${STEP_IMAGE} build" podman build "${args[@]}"
+  else
+    heartbeat "${STEP_IMAGE} build" podman build --quiet "${args[@]}" >/dev/null
+  fi
 }
