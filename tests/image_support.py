@@ -108,13 +108,21 @@ class Container:
         subprocess.run(["podman", "rm", "-f", "-v", "-t", "5", self.id], capture_output=True)
 
 
-def completion(port: int, prompt: str = "Hello", max_tokens: int = 8) -> dict:
-    """POST /v1/completions on 127.0.0.1:PORT, greedy."""
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+def completion(port: int, prompt: str = "Hello", max_tokens: int = 8, model: str | None = None) -> dict:
+    """POST /v1/completions on 127.0.0.1:PORT, greedy. A gateway needs the MODEL to route by
+    (an appliance serves its one model without it)."""
+    fields = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    body = json.dumps({**fields, "model": model} if model else fields).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as reply:
         return json.loads(reply.read())
+
+
+def gateway_workers(port: int) -> dict[str, bool]:
+    """The workers of the gateway on 127.0.0.1:PORT: {url: healthy}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=10) as reply:
+        return {w["url"]: w["is_healthy"] for w in json.load(reply)["workers"]}
 
 
 def scrape(port: int) -> dict[str, float]:

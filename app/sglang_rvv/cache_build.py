@@ -21,6 +21,7 @@ from pathlib import Path
 from .inductor_cache import MANIFEST, ROUTE_TABLE, check, running_stack
 from .jsonfile import write_json
 from .launch.process import SGLangServer
+from .route_table import Choice
 
 
 def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout: float) -> dict:
@@ -56,7 +57,7 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout:
         "created": int(time.time()),
     }
     write_json(cache_dir / MANIFEST, manifest, sort_keys=True)
-    row_major = sum(entry["route"] == "row_major" for entry in routes)
+    row_major = sum(entry["route"] == Choice.ROW_MAJOR for entry in routes)
     print(f"warm cache ready in {time.monotonic() - began:.0f} s: {len(warmup['keys'])} shape keys, "
           f"{warmup['compiled']} compiled, {warmup['cache_hits']} already cached; route table: "
           f"{row_major} of {len(routes)} buckets row-major", file=sys.stderr)

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from image_support import REPO, free_port, run, scrape
+from image_support import REPO, free_port, gateway_workers, run, scrape
 
 from sglang_rvv.bench.client import post_json
 from sglang_rvv.checkpoint import write_tiny_checkpoint
@@ -70,12 +70,6 @@ def _replica(index: int) -> str:
 def _inspect(container: str, template: str) -> str:
     return subprocess.run(["podman", "inspect", "--format", template, container], capture_output=True, text=True,
                           check=True).stdout.strip()
-
-
-def _workers(port: int) -> dict[str, bool]:
-    """The gateway's workers: {url: healthy}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=10) as reply:
-        return {w["url"]: w["is_healthy"] for w in json.load(reply)["workers"]}
 
 
 def _wait(what: str, check, timeout: float, interval: float = 1.0) -> float:
@@ -140,7 +134,7 @@ def test_a_replica_count_that_is_not_a_whole_number_is_refused_before_anything_s
 
 def test_the_gateway_fronts_every_replica_each_on_its_own_cpus(fleet):
     urls = {f"http://127.0.0.1:{port}" for port in fleet["replicas"]}
-    assert _workers(fleet["port"]) == dict.fromkeys(urls, True)
+    assert gateway_workers(fleet["port"]) == dict.fromkeys(urls, True)
     cpusets = [_inspect(_replica(i), "{{.HostConfig.CpusetCpus}}") for i in range(1, REPLICAS + 1)]
     cpus = [set(c.split(",")) for c in cpusets]
     assert all(cpus) and not cpus[0] & cpus[1], f"replicas' CPU sets overlap: {cpusets}"
@@ -295,9 +289,9 @@ def test_a_killed_replica_fails_no_waiting_request_and_rejoins(fleet):
     assert all(o["seconds"] < CALL_TIMEOUT_S for o in outcomes)
     assert waiting and all(o["status"] == 200 for o in waiting), waiting  # not yet started: the other replica
     unhealthy_after = _wait("the gateway marks the killed replica unhealthy",
-                            lambda: not _workers(fleet["port"]).get(victim_url, True), timeout=60)
+                            lambda: not gateway_workers(fleet["port"]).get(victim_url, True), timeout=60)
     back_after = _wait("the killed replica is restarted and healthy at the gateway",
-                       lambda: _workers(fleet["port"]).get(victim_url) is True, timeout=RECOVERY_S, interval=3)
+                       lambda: gateway_workers(fleet["port"]).get(victim_url) is True, timeout=RECOVERY_S, interval=3)
     assert int(_inspect(victim, "{{.RestartCount}}")) == restarts[index] + 1  # compose's restart policy
     print(f"gateway saw replica {index} unhealthy {unhealthy_after:.0f} s after the check began, "
           f"healthy again {back_after:.0f} s later")

@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.request
 
 import pytest
-from image_support import REPO, SCRIPTS, Container, build_emulated, free_port, lock_get
+from image_support import REPO, SCRIPTS, Container, build_emulated, completion, free_port, gateway_workers, lock_get
 
 BUILD_TIMEOUT = 1800  # a cold arm64 base (mmdebstrap under qemu) takes minutes
 GATEWAY_HEALTH = "/usr/local/lib/sglang-rvv/gateway.py health"
@@ -53,20 +52,6 @@ def test_the_arm64_gateway_holds_the_locked_smg_for_aarch64(arm64_gateway):
     assert (machine, f"smg=={version}") == ("aarch64", pinned)
 
 
-def _get_json(port: int, path: str) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as reply:
-        return json.load(reply)
-
-
-def _completion(port: int, prompt: str) -> dict:
-    body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": 8, "temperature": 0,
-                       "ignore_eos": True}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=300) as reply:
-        return json.load(reply)
-
-
 def test_the_arm64_gateway_routes_to_an_amd64_appliance(arm64_gateway, amd64_images):
     appliance = Container(amd64_images["warm"])
     gateway = None
@@ -89,9 +74,9 @@ def test_the_arm64_gateway_routes_to_an_amd64_appliance(arm64_gateway, amd64_ima
                             f"{(logs.stdout + logs.stderr)[-3000:]}", pytrace=False)
             time.sleep(2)
         print(f"arm64 gateway healthy after {time.monotonic() - began:.0f} s (qemu-aarch64)")
-        assert {w["url"]: w["is_healthy"] for w in _get_json(port, "/workers")["workers"]} == {worker: True}
+        assert gateway_workers(port) == {worker: True}
         for prompt in ("Hello, how are you", "Once upon a time there"):
-            through, direct = _completion(port, prompt), _completion(appliance.port, prompt)
+            through, direct = (completion(server, prompt, model="tiny-llama") for server in (port, appliance.port))
             assert through["choices"][0]["text"] == direct["choices"][0]["text"], prompt
             assert through["usage"]["completion_tokens"] == 8
     finally:

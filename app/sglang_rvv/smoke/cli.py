@@ -23,6 +23,7 @@ from .. import RvvPolicyConfig, install_rvv_policy
 from ..adapters import hf_named_adapter
 from ..ops import PROVIDER_NAME
 from ..policy import PolicyReport, policy_of
+from ..routing import Route
 from .comparison import MIN_SQNR_DB, compare
 from .decoder import load_model
 from .reader import SmokeError
@@ -80,7 +81,7 @@ def policy_failures(report: PolicyReport, routes: dict[str, dict[str, int]], reg
         return [f"the policy was not installed: {report.reason}"]
     if not report.packed:
         return [f"nothing was packed: {sorted(set(report.skipped.values()))}"]
-    route = "packed_compiled" if regional_compile else "packed_eager"
+    route = Route.PACKED_COMPILED if regional_compile else Route.PACKED_EAGER
     hit = routes.get(route, {})
     missing = [bucket for bucket in ("1", "4") if not hit.get(bucket)]
     if missing:
