@@ -60,8 +60,9 @@ $(VENV)/.installed: requirements/lock.txt pyproject.toml
 check: venv
 	$(PYTEST) -m "unit or integration"
 
+# The slowest tests are listed at the end: CI has a time limit, and this is where it goes.
 test: venv lint
-	$(PYTEST) tests
+	$(PYTEST) --durations=25 tests
 
 # Python, the image scripts, and Ansible with the compose files (as tests/ansible/test_lint.py does).
 lint: venv

@@ -6,8 +6,8 @@
 # The gateway runs in front of REPLICAS=N appliances (compose/gateway.yaml, make up REPLICAS=N)
 # on the controller or any amd64/arm64 host: never on a board, as smg has no riscv64 wheel.
 # 1. stages a context: images/lock.toml [tools.gateway] at requirements/lock.txt's hashes,
-#    images/gateway/'s files; digests it with the base image id: an image whose
-#    io.sglang-rvv.inputs label is that digest is kept (unless --force);
+#    images/gateway/'s files and the source revision; digests it with the base image id: an
+#    image whose io.sglang-rvv.inputs label is that digest is kept (unless --force);
 # 2. downloads the wheels into BUILD_DIR/wheelhouse-ARCH (shared with the runtime image), for
 #    lock arch.ARCH.wheel_platforms where set (arm64: from any host), else the host's;
 # 3. podman build --network=none (another arch's binaries run under qemu-user), tagged only
@@ -49,7 +49,7 @@ build() {
     --label "${LABEL_PREFIX}.image=gateway" \
     --label "${LABEL_PREFIX}.arch=${ARCH}" \
     --label "${LABEL_PREFIX}.gateway=$(sed -n 's/^\(smg==[^ ]*\).*/\1/p' "${ctx}/requirements.txt")" \
-    --label "org.opencontainers.image.revision=$(source_revision)"
+    --label "org.opencontainers.image.revision=$(<"${ctx}/REVISION")"
 }
 
 main() {
@@ -64,6 +64,7 @@ main() {
   mkdir -p "${ctx}"
   python3 "${LOCK_PY}" tool-requirements gateway "${ctx}/requirements.txt"
   cp "${IMAGES_DIR}"/gateway/{Containerfile,gateway.py} "${IMAGES_DIR}/scripts/compile-pyc.py" "${ctx}/"
+  stage_revision "${ctx}"
   digest=$(context_digest "${ctx}" "${base}")
   build_step "$(image_name gateway "${ARCH}")" "${digest}" build "${ctx}" "${base}" "${digest}"
   rm -rf "${ctx}"

@@ -4,9 +4,9 @@
 #   images/scripts/build-runtime.sh [--force] [ARCH]      (ARCH defaults to the host's)
 #
 # 1. checks images/lock.toml against the repo and the base image's labels against the lock;
-# 2. stages a build context (requirements, app sources, the arch's pins, this folder's files)
-#    and digests it with the base image id: an image whose io.sglang-rvv.inputs label is that
-#    digest is kept (unless --force);
+# 2. stages a build context (requirements, app sources, the arch's pins, this folder's files,
+#    the source revision) and digests it with the base image id: an image whose
+#    io.sglang-rvv.inputs label is that digest is kept (unless --force);
 # 3. downloads the locked wheels into BUILD_DIR/wheelhouse-ARCH on the host (pip,
 #    hash-checked; files already there are reused) and links them into the context.
 #    Torch source 'wheel': all of requirements/lock.txt, for the host's arch. 'debian'
@@ -87,6 +87,7 @@ stage_context() {
   tar -C "${REPO_DIR}" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml README.md app \
     | tar -C "${ctx}/src" -xf -
   cp "${IMAGES_DIR}"/runtime/{Containerfile,healthcheck.py,check-runtime.py} "${IMAGES_DIR}/scripts/compile-pyc.py" "${ctx}/"
+  stage_revision "${ctx}"
 }
 
 # build CTX BASE DIGEST (build_step's FUNCTION): the wheelhouse (and the RVV kernels) into the
@@ -110,7 +111,7 @@ build() {
     --build-arg "INDUCTOR_CACHE_KEY=$(lock "arch.${ARCH}.inductor_cache_key")" \
     --build-arg "QEMU_CPU=$( [[ ${ARCH} == "$(host_arch)" ]] || lock_or "arch.${ARCH}.qemu_cpu" '')" \
     "${labels[@]}" \
-    --label "org.opencontainers.image.revision=$(source_revision)"
+    --label "org.opencontainers.image.revision=$(<"${ctx}/REVISION")"
 }
 
 main() {

@@ -39,11 +39,13 @@ host_arch() {
 
 image_exists() { podman image exists "$1"; }
 
-# The commit this tree is: git's HEAD, or in a `git archive` export (Ansible's build role
-# ships one) the hash git wrote into images/REVISION; "unknown" otherwise.
+# The commit this tree is: git's HEAD ("-dirty" appended when the work tree differs from it,
+# untracked files included), or in a `git archive` export (Ansible's build role ships one) the
+# hash git wrote into images/REVISION; "unknown" otherwise.
 source_revision() {
   local revision
   if revision=$(git -C "${REPO_DIR}" rev-parse HEAD 2>/dev/null); then
+    [[ -z $(git -C "${REPO_DIR}" status --porcelain) ]] || revision+="-dirty"
     echo "${revision}"
   elif revision=$(<"${IMAGES_DIR}/REVISION") && [[ ${revision} =~ ^[0-9a-f]{40}$ ]]; then
     echo "${revision}"
@@ -51,6 +53,11 @@ source_revision() {
     echo unknown
   fi
 }
+
+# stage_revision CTX: source_revision into CTX/REVISION, so the context digest (the inputs
+# label) covers the org.opencontainers.image.revision label read back from it: an image kept
+# because its inputs match then names the commit it was built from, not an older one.
+stage_revision() { source_revision >"$1/REVISION"; }
 
 # promote_image SRC DEST...: tag SRC as every DEST, then drop the temporary SRC name
 # (atomic from the reader's side: a DEST names either the old image or the complete

@@ -36,7 +36,22 @@ def _in_image(image: str, *command: str) -> str:
                            *command[1:]], check=True, capture_output=True, text=True).stdout
 
 
+def _checkout_revision() -> str:
+    """The commit this checkout is, "-dirty" when its work tree differs (as the build labels it)."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], check=True, capture_output=True,
+                           text=True).stdout.strip()
+    return head + ("-dirty" if dirty else "")
+
+
 def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd64_images, build_logs):
+    # A kept image must name the commit it was built from, even when an older commit built
+    # the same files (the revision is one of the inputs its kept-or-rebuilt label digests).
+    revision = subprocess.run(["podman", "image", "inspect", "--format",
+                               '{{index .Labels "org.opencontainers.image.revision"}}', amd64_images["model"]],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    assert revision == _checkout_revision()
     port = free_port()
     up = run(["make", "up", f"ARCH={HOST_ARCH}", f"PORT={port}"], timeout=900, log=build_logs / "make-up.log")
     try:
