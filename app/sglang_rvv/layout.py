@@ -1,4 +1,4 @@
-"""The packed BF16 weight layout: the one place that defines it.
+"""The packed weight layouts: the one place that defines them.
 
 A row-major Linear weight ``[N, K]`` becomes ``[ceil(N / BLOCK_N), K, BLOCK_N]``:
 the last dimension holds ``BLOCK_N`` consecutive output channels, which is the
@@ -8,9 +8,30 @@ real ``out_features`` to the linear op, which slices the padding away.
 
 The layout is a runtime contract identified by ``LAYOUT_VERSION``. It is never
 written to a checkpoint: whoever runs the model rebuilds it after loading.
+
+The quantized layouts (:data:`QUANTIZED`) keep the same block family, so one kernel
+structure serves all of them; each is built from the BF16 weight at pack time, which
+stays the source of truth:
+
+- ``int8`` (version 1): ``qweight`` int8 ``[B, Kp, 32]`` and ``scales`` bfloat16
+  ``[B, Kp/G, 32]``, ``B = ceil(N/32)``, ``G`` the group size along K (``G = K``: one
+  scale per output channel, int8 only), ``Kp = ceil(K/G)*G``. Element ``(b, k, j)`` is row
+  ``n = 32*b + j``, column ``k``; one vector load of a scales row serves a block's 32 lanes.
+- ``int4`` (version 1): ``qweight`` uint8 ``[B, Kp/2, 32]``, byte ``(b, i, j)`` =
+  ``(q[n, 2i] + 8) | (q[n, 2i+1] + 8) << 4`` (two K steps share a byte, so one load
+  serves two K steps for 32 lanes); ``scales`` as for int8; ``G`` even.
+
+Both pad with zeros: rows ``n >= N`` (q = 0, scale = 0) and columns ``k >= K`` (q = 0),
+so a K that is not a multiple of G stays exact. The quantization (round to nearest
+even, clamped) and the linear's arithmetic order are defined by :func:`quantize_reference`
+and :func:`quantized_linear_reference`; every kernel that claims a layout reproduces
+them (the RVV kernels and their scalar twins bit for bit).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 
@@ -114,3 +135,171 @@ def unpack_reference(packed: torch.Tensor, out_features: int) -> torch.Tensor:
     """Inverse of :func:`pack_reference`: the row-major ``[out_features, K]`` weight."""
     blocks, k, block_n = packed.shape
     return packed.transpose(1, 2).reshape(blocks * block_n, k)[:out_features].contiguous()
+
+
+# --- the quantized layouts -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuantLayout:
+    """One weight-only quantized layout: its name, version and integer range."""
+
+    name: str
+    version: int
+    bits: int
+    qmin: int
+    qmax: int  # the scale maps a group's largest |w| to qmax
+    group_sizes: tuple[int, ...]  # selectable G; 0 means one group of K (per output channel)
+    default_group_size: int
+
+
+INT8 = QuantLayout("int8", 1, 8, -128, 127, (0, 32, 64, 128, 256), 0)
+INT4 = QuantLayout("int4", 1, 4, -8, 7, (32, 64, 128), 32)
+QUANTIZED = {layout.name: layout for layout in (INT8, INT4)}
+WEIGHT_DTYPES = ("bf16", *QUANTIZED)  # widest first: a refused layout falls back to the next wider one
+
+
+def quant_layout(name: str) -> QuantLayout:
+    try:
+        return QUANTIZED[name]
+    except KeyError:
+        raise LayoutError(f"unknown quantized layout {name!r}; choose one of {sorted(QUANTIZED)}") from None
+
+
+def effective_group_size(layout: QuantLayout, group_size: int, in_features: int) -> int:
+    """The G a layout uses along K: ``group_size``, or K for 0 (per channel); checked."""
+    if group_size not in layout.group_sizes:
+        raise LayoutError(
+            f"{layout.name}: group size {group_size} is not one of {layout.group_sizes} "
+            f"(a power of two; 0 = one scale per output channel)"
+        )
+    if group_size == 0:  # only int8 offers it: int4's groups must be even
+        return in_features
+    if group_size > in_features:
+        raise LayoutError(
+            f"{layout.name}: group size {group_size} is larger than K={in_features}; pick a smaller one or 0"
+        )
+    return group_size
+
+
+def padded_in_features(in_features: int, group: int) -> int:
+    return (in_features + group - 1) // group * group
+
+
+def quantized_shapes(layout: QuantLayout, out_features: int, in_features: int,
+                     group: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(qweight shape, scales shape) of the blocked layout, for the effective group ``group``."""
+    blocks = padded_out_features(out_features) // BLOCK_N
+    kp = padded_in_features(in_features, group)
+    rows = kp if layout.bits == 8 else kp // 2
+    return (blocks, rows, BLOCK_N), (blocks, kp // group, BLOCK_N)
+
+
+def quantized_bytes(layout: QuantLayout, out_features: int, in_features: int, group: int) -> int:
+    """Bytes the blocked layout streams per call: quantized weights and their BF16 scales."""
+    qshape, sshape = quantized_shapes(layout, out_features, in_features, group)
+    return qshape[0] * qshape[1] * qshape[2] + 2 * sshape[0] * sshape[1] * sshape[2]
+
+
+def check_quantizable(weight: torch.Tensor, layout: QuantLayout) -> None:
+    if weight.dim() != 2:
+        raise LayoutError(f"pack_{layout.name}_weight expects a 2-D [N, K] weight, got shape {tuple(weight.shape)}")
+    if weight.dtype != torch.bfloat16:
+        raise LayoutError(
+            f"pack_{layout.name}_weight quantizes a bfloat16 weight, got {weight.dtype}; a checkpoint that is "
+            "already quantized is served by its own quantization method, not by this policy"
+        )
+    if not bool(torch.isfinite(weight).all()):
+        raise LayoutError(f"pack_{layout.name}_weight: the weight has non-finite values; it cannot be quantized")
+
+
+def _blocked(weight: torch.Tensor, kp: int) -> torch.Tensor:
+    """[N, K] -> float32 [B, 32, Kp], zero-padded in both dimensions (row n = 32*b + j)."""
+    n, k = weight.shape
+    padded = torch.zeros(padded_out_features(n), kp, dtype=torch.float32, device=weight.device)
+    padded[:n, :k] = weight.float()
+    return padded.view(-1, BLOCK_N, kp)
+
+
+def quantize_reference(weight: torch.Tensor, layout: QuantLayout, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The blocked ``(qweight, scales)`` of a bfloat16 ``[N, K]`` weight: the definition of the bits.
+
+    Per output row n and K group g: ``amax`` = the largest ``|w|`` (fp32), ``scale =
+    bf16(amax / qmax)`` (an fp32 division, rounded to nearest even), ``q = clamp(rne(w /
+    float(scale)), qmin, qmax)`` (fp32 division; q = 0 where the scale is 0).
+    """
+    check_quantizable(weight, layout)
+    n, k = weight.shape
+    group = effective_group_size(layout, group_size, k)
+    kp = padded_in_features(k, group)
+    w = _blocked(weight, kp)                                       # [B, 32, Kp]
+    grouped = w.view(w.shape[0], BLOCK_N, kp // group, group)      # [B, 32, Kg, G]
+    amax = grouped.abs().amax(dim=3)                               # [B, 32, Kg]
+    scales = (amax / layout.qmax).to(torch.bfloat16)
+    s = scales.float().unsqueeze(3)
+    q = torch.where(s == 0, torch.zeros_like(grouped), torch.round(grouped / torch.where(s == 0, 1.0, s)))
+    q = q.clamp(layout.qmin, layout.qmax).to(torch.int8).view(w.shape[0], BLOCK_N, kp)
+    q = q.transpose(1, 2).contiguous()                             # [B, Kp, 32]
+    if layout.bits == 4:
+        nibbles = (q.to(torch.int16) + 8).to(torch.uint8)
+        q = nibbles[:, 0::2, :] | (nibbles[:, 1::2, :] << 4)       # [B, Kp/2, 32]
+    return q, scales.transpose(1, 2).contiguous()                  # scales [B, Kg, 32]
+
+
+def unpack_quantized(qweight: torch.Tensor, layout: QuantLayout) -> torch.Tensor:
+    """The integer values of a blocked qweight as int8 ``[B, Kp, 32]`` (int4 nibbles unpacked)."""
+    if layout.bits == 8:
+        return qweight
+    low = (qweight & 0xF).to(torch.int16) - 8
+    high = (qweight >> 4).to(torch.int16) - 8
+    return torch.stack((low, high), dim=2).view(qweight.shape[0], -1, BLOCK_N).to(torch.int8)
+
+
+def dequantize_reference(qweight: torch.Tensor, scales: torch.Tensor, layout: QuantLayout,
+                         out_features: int, in_features: int) -> torch.Tensor:
+    """The float64 ``[out_features, in_features]`` weight a blocked (qweight, scales) pair stands for."""
+    q = unpack_quantized(qweight, layout).double()                 # [B, Kp, 32]
+    group = q.shape[1] // scales.shape[1]
+    s = scales.double().repeat_interleave(group, dim=1)            # [B, Kp, 32]
+    w = (q * s).transpose(1, 2).reshape(-1, q.shape[1])            # [B*32, Kp]
+    return w[:out_features, :in_features]
+
+
+def _round_f32(value: Fraction) -> float:
+    """An exact rational rounded once to float32 (nearest even): the result of an fp32 fma."""
+    if value == 0:
+        return 0.0  # +0: every chain starts from +0, and an exact zero sum rounds to +0
+    magnitude = abs(value)
+    exponent = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    if magnitude < Fraction(2) ** exponent:
+        exponent -= 1  # now 2**exponent <= magnitude < 2**(exponent + 1)
+    exponent = max(exponent, -126)  # subnormals share the smallest normal exponent
+    mantissa = round(magnitude * 2 ** (23 - exponent))  # Fraction rounds half to even
+    result = float(mantissa) * 2.0 ** (exponent - 23)
+    return -result if value < 0 else result
+
+
+def quantized_linear_reference(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
+                               layout: QuantLayout, out_features: int) -> torch.Tensor:
+    """The kernels' result, bit for bit (slow, exact; for tests on small shapes): BF16 activations
+    widened to fp32; for each output, per K group in order an fp32 fused multiply-add chain
+    ``s = fma(x[k], q[k], s)`` from +0 over the group's real columns (k < K), then ``acc =
+    fma(s, scale, acc)`` from +0; one rounding of ``acc`` to bfloat16 (nearest even)."""
+    k = input.shape[-1]
+    rows = input.reshape(-1, k).float().tolist()
+    q = unpack_quantized(qweight, layout).transpose(1, 2).reshape(qweight.shape[0] * BLOCK_N, -1)
+    group = q.shape[1] // scales.shape[1]
+    s = scales.float().transpose(1, 2).reshape(scales.shape[0] * BLOCK_N, -1)
+    q_rows, s_rows = q[:out_features].tolist(), s[:out_features].tolist()
+    out = torch.empty(len(rows), out_features, dtype=torch.float32)
+    for m, x in enumerate(rows):
+        xs = [Fraction(v) for v in x]
+        for n in range(out_features):
+            acc = 0.0
+            for g, scale in enumerate(s_rows[n]):
+                part = 0.0
+                for kk in range(g * group, min(g * group + group, k)):
+                    part = _round_f32(xs[kk] * q_rows[n][kk] + Fraction(part))
+                acc = _round_f32(Fraction(part) * Fraction(scale) + Fraction(acc))
+            out[m, n] = acc
+    return out.to(torch.bfloat16).reshape(*input.shape[:-1], out_features)
