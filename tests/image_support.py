@@ -125,6 +125,26 @@ def gateway_workers(port: int) -> dict[str, bool]:
         return {w["url"]: w["is_healthy"] for w in json.load(reply)["workers"]}
 
 
+# Where the plugin writes its JSON report in an appliance (the Inductor cache volume, one
+# subdirectory per cache key).
+REPORT = "/var/cache/sglang-rvv/inductor/{key}/sglang_rvv_report.json"
+
+
+def compose_container() -> str:
+    """The container `make up` started (compose project sglang-rvv)."""
+    return subprocess.run(
+        ["podman", "ps", "--filter", "label=io.podman.compose.project=sglang-rvv", "--format", "{{.ID}}"],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()[0]
+
+
+def compose_report(arch: str) -> dict:
+    """The policy report of the appliance `make up` serves for ARCH."""
+    path = REPORT.format(key=lock_get(f"arch.{arch}.inductor_cache_key"))
+    return json.loads(subprocess.run(["podman", "exec", compose_container(), "cat", path], check=True,
+                                     capture_output=True, text=True).stdout)
+
+
 def scrape(port: int) -> dict[str, float]:
     """/metrics on 127.0.0.1:PORT as {sample with its labels: value}."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:

@@ -3,8 +3,7 @@
 * the CPUs: :func:`usable_cpus` (affinity mask, capped by the cgroup CPU quota),
   :func:`cpu_model` and :func:`cpu_isa` (``/proc/cpuinfo``) and :func:`hwcap` (``AT_HWCAP``);
 * the memory: :func:`available_memory` (``MemAvailable`` and every cgroup limit above the
-  process), :func:`rss_bytes` (``statm``), :func:`peak_rss_bytes` (``VmHWM``) and
-  :func:`reset_peak_rss` (``clear_refs``).
+  process), :func:`peak_rss_bytes` (``VmHWM``) and :func:`reset_peak_rss` (``clear_refs``).
 
 The readers take their roots as arguments where the tests need a fake tree; the defaults are
 the real ones. Standard library only: the container entrypoint reads these before torch.
@@ -22,7 +21,6 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC = Path("/proc")
 _V1_UNLIMITED = 1 << 60  # cgroup v1 reports "no limit" as a huge page-aligned number
 AT_HWCAP = 16  # the auxiliary vector entry of the CPU capability bits
-_STATM_PAGE = 4096  # statm counts pages: 4 KiB on the x86-64 and riscv64 hosts this serves on
 
 
 # -- CPUs ------------------------------------------------------------------------
@@ -170,12 +168,6 @@ def available_memory(cgroup_root: Path = CGROUP_ROOT, proc: Path = PROC) -> Avai
             "limits); pass memory_budget_mib / --cpu-rvv-memory-budget-mib explicitly"
         )
     return Availability(*min(candidates))
-
-
-def rss_bytes() -> int:
-    """This process's resident set size now (``/proc/self/statm``)."""
-    with open(PROC / "self" / "statm") as f:
-        return int(f.read().split()[1]) * _STATM_PAGE
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int | None:

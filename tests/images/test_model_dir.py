@@ -18,7 +18,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from image_support import HOST_ARCH, REPO, free_port, lock_get, run, scrape, user_checkpoint
+from image_support import HOST_ARCH, REPO, compose_report, free_port, lock_get, run, scrape, user_checkpoint
+
+from sglang_rvv import layout
 
 CHECKPOINT = REPO / "images" / "scripts" / "checkpoint.py"
 NAME = "My-Tiny-Model"  # served as-is; tagged as my-tiny-model-<digest12>
@@ -92,7 +94,17 @@ def test_the_openai_client_gets_completions_and_chat_by_the_directory_name(serve
     assert "".join(pieces) == chat.choices[0].message.content and len([p for p in pieces if p]) > 1
 
 
-def test_metrics_show_the_fast_path_where_the_appliance_runs(served):
+def _predicted_packed_bytes(config: dict) -> int:
+    """Packed bytes of a Llama whose every projection passes the gate but k/v alone, as SGLang builds it."""
+    hidden, inter, heads = config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    qkv = (heads + 2 * config["num_key_value_heads"]) * head_dim
+    per_layer = [(qkv, hidden), (heads * head_dim, hidden), (2 * inter, hidden), (hidden, inter)]
+    shapes = per_layer * config["num_hidden_layers"] + [(config["vocab_size"], hidden)]
+    return sum(layout.packed_bytes(n, k) for n, k in shapes)
+
+
+def test_metrics_show_the_fast_path_where_the_appliance_runs(served, checkpoint):
     def linear_calls(samples):
         return sum(v for k, v in samples.items() if k.startswith("sglang_rvv_linear_calls_total{"))
 
@@ -102,7 +114,11 @@ def test_metrics_show_the_fast_path_where_the_appliance_runs(served):
     assert status == 200
     after = scrape(served)
     assert linear_calls(after) > linear_calls(before)  # the policy saw this request's Linear calls
-    assert after["sglang_rvv_packed_bytes"] >= 0  # what the route table keeps packed
+    # The gauge is the policy's packed bytes: every eligible projection of the tiny Llama (SGLang
+    # fuses q/k/v and gate/up), the same figure the report gives.
+    report = compose_report(HOST_ARCH)
+    config = json.loads((checkpoint / "config.json").read_text())
+    assert after["sglang_rvv_packed_bytes"] == report["packed_bytes"] == _predicted_packed_bytes(config)
     assert after['sglang_rvv_info{cache_state="artifact-cold",provider="generic"}'] == 1.0  # cold image, x86
     assert any(k.startswith("sglang:prompt_tokens_total") for k in after)  # SGLang's own metrics too
 

@@ -17,7 +17,17 @@ import time
 
 import pytest
 import testinfra
-from image_support import REPO, SCRIPTS, Container, build_emulated, free_port, lock_get, run
+from image_support import (
+    REPO,
+    SCRIPTS,
+    Container,
+    build_emulated,
+    compose_container,
+    compose_report,
+    free_port,
+    lock_get,
+    run,
+)
 
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.launch.process import SGLangServer
@@ -27,7 +37,6 @@ BUILD_TIMEOUT = 3600  # a cold base build (mmdebstrap under qemu) takes many min
 SERVE_TIMEOUT = 1800
 PROMPTS = ["Hello, how are you", "Once upon a time there"]
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
-REPORT = "/var/cache/sglang-rvv/inductor/{key}/sglang_rvv_report.json"
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +78,6 @@ def served(riscv64_model_image, build_logs):
         run(["make", "down"], timeout=300)
 
 
-def _compose_container() -> str:
-    return subprocess.run(
-        ["podman", "ps", "--filter", "label=io.podman.compose.project=sglang-rvv", "--format", "{{.ID}}"],
-        check=True, capture_output=True, text=True,
-    ).stdout.split()[0]
-
-
 def test_the_runtime_image_serves_and_says_how_it_was_built(riscv64_runtime_image):
     inspect = subprocess.run(
         ["podman", "image", "inspect", "--format", "{{json .Labels}} {{.Architecture}}", riscv64_runtime_image],
@@ -113,12 +115,9 @@ def test_every_projection_takes_the_packed_route_with_the_rvv_provider(served):
     packed = {key.split("/")[0] for key, count in calls.items() if key.split("/")[1].startswith("packed_") and count}
     assert packed == set(PROJECTIONS), calls
     assert linear_calls(off) == {}
-    container = _compose_container()
-    report = json.loads(subprocess.run(
-        ["podman", "exec", container, "cat", REPORT.format(key=lock_get("arch.riscv64.inductor_cache_key"))],
-        check=True, capture_output=True, text=True).stdout)
+    report = compose_report("riscv64")
     assert report["provider"] == "rvv", report.get("provider")
-    logs = subprocess.run(["podman", "logs", container], capture_output=True, text=True)
+    logs = subprocess.run(["podman", "logs", compose_container()], capture_output=True, text=True)
     assert "provider=rvv" in logs.stdout + logs.stderr  # the policy's startup line
 
 
@@ -133,7 +132,7 @@ def test_chat_and_completions_answer(served):
 
 
 def test_the_running_container_has_what_the_lock_pins(served):
-    host = testinfra.get_host(f"podman://{_compose_container()}")
+    host = testinfra.get_host(f"podman://{compose_container()}")
     versions = host.check_output(
         "python -c 'import importlib.metadata as m, platform, torch; "
         "print(platform.machine(), torch.__version__.split(\"+\")[0], m.version(\"sglang\"), "
