@@ -14,7 +14,7 @@
 # Every build script keeps an image whose recorded inputs match, and tags only complete images.
 
 IMAGES_SCRIPTS := images/scripts
-IMAGES_HOST_ARCH := $(patsubst x86_64,amd64,$(patsubst aarch64,arm64,$(shell uname -m)))
+IMAGES_HOST_ARCH := $(shell python3 $(IMAGES_SCRIPTS)/lock.py arch-of $(shell uname -m))
 ARCH ?= $(IMAGES_HOST_ARCH)
 MODEL ?= $(shell python3 $(IMAGES_SCRIPTS)/lock.py get models.default)
 CACHE ?= cold

@@ -16,7 +16,6 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "images" / "scripts"
 LOCK_PY = SCRIPTS / "lock.py"
 HEALTHCHECK = "/usr/local/lib/sglang-rvv/healthcheck.py"  # compose.yaml's healthcheck, for plain podman run
-HOST_ARCH = {"x86_64": "amd64", "riscv64": "riscv64", "aarch64": "arm64"}[os.uname().machine]
 
 
 def emulation_missing(machine: str) -> str | None:
@@ -38,6 +37,15 @@ def lock_get(key: str) -> str:
     return subprocess.run(["python3", LOCK_PY, "get", key], check=True, capture_output=True, text=True).stdout.strip()
 
 
+def arch_of(machine: str) -> str:
+    """The lock's arch name of a machine (``uname -m``): images/lock.toml arch.*.machine."""
+    return subprocess.run(["python3", LOCK_PY, "arch-of", machine], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+HOST_ARCH = arch_of(os.uname().machine)
+
+
 def run(command: list[str], *, timeout: float, log: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
     """Run a build step; on failure the error carries the tail of its output."""
     began = time.monotonic()
@@ -54,7 +62,7 @@ def run(command: list[str], *, timeout: float, log: Path | None = None, **kwargs
 def build_emulated(arch: str, scripts: tuple[str, ...], logs: Path, *, timeout: float) -> None:
     """ARCH's images, built (or found up to date) by SCRIPTS in order, with ARCH's binaries under
     qemu-user; a skip that names the missing emulation where there is none."""
-    reason = emulation_missing({"arm64": "aarch64"}.get(arch, arch))
+    reason = emulation_missing(lock_get(f"arch.{arch}.machine"))
     if reason:
         pytest.skip(reason)
     for script in scripts:

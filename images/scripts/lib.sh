@@ -28,14 +28,8 @@ lock() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" get "$@"; }
 # lock_or KEY DEFAULT : a value from the lock, or DEFAULT where the key is not set
 lock_or() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" get "$1" 2>/dev/null || echo "$2"; }
 
-host_arch() {
-  case "$(uname -m)" in
-    x86_64) echo amd64 ;;
-    riscv64) echo riscv64 ;;
-    aarch64) echo arm64 ;;
-    *) die "unsupported host machine $(uname -m)" ;;
-  esac
-}
+# host_arch: this machine's arch name (amd64, arm64, riscv64): images/lock.toml arch.*.machine.
+host_arch() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" arch-of "$(uname -m)" || exit 2; }  # lock.py names the problem
 
 image_exists() { podman image exists "$1"; }
 
@@ -153,7 +147,7 @@ timer_report() { log "$1 took $(( $(date +%s) - TIMER_START )) s"; }
 # shellcheck disable=SC2034
 BUILD_DIR="${SGLANG_RVV_BUILD_DIR:-${REPO_DIR}/.cache/images}"
 # shellcheck disable=SC2034
-LABEL_PREFIX=io.sglang-rvv
+LABEL_PREFIX=$(python3 "${LOCK_PY}" label-prefix)  # lock.py's, which labels every image
 
 # image_name base|runtime|gateway ARCH, image_name model|cache ARCH MODEL: the local tag of that image.
 # model = runtime + the checkpoint; cache = model + its prewarmed Inductor cache;
@@ -187,13 +181,8 @@ image_label() {
   podman image inspect --format "{{index .Labels \"$2\"}}" "$1" 2>/dev/null | sed 's/^<no value>$//'
 }
 
-qemu_arch() {
-  case "$1" in
-    amd64) echo x86_64 ;;
-    arm64) echo aarch64 ;;
-    *) echo "$1" ;;
-  esac
-}
+# qemu_arch ARCH: the machine name qemu-user and binfmt_misc know ARCH by (x86_64, aarch64, riscv64).
+qemu_arch() { lock "arch.$1.machine"; }
 
 # Foreign-arch builds run that arch's binaries through qemu-user via binfmt_misc.
 need_emulation() {

@@ -99,6 +99,15 @@ def arch_pins(lock: dict, arch: str) -> dict:
     return arches[arch]
 
 
+def arch_of(lock: dict, machine: str) -> str:
+    """The lock's arch name (amd64, arm64, riscv64) of a machine name (``uname -m``: x86_64, ...)."""
+    for arch, pins in lock["arch"].items():
+        if pins.get("machine") == machine:
+            return arch
+    known = ", ".join(f"{pins.get('machine')} ({arch})" for arch, pins in sorted(lock["arch"].items()))
+    raise LockError([f"machine {machine!r} is not one this project builds for: {known}"])
+
+
 def images(lock: dict, arch: str) -> tuple[str, ...]:
     return tuple(arch_pins(lock, arch).get("images", IMAGES))
 
@@ -220,8 +229,12 @@ def check(lock: dict) -> list[str]:
         if _normalize(name) not in reqs:
             problems.append(f"{L}: python.runtime_exclude names '{name}', which {req_path.name} does not pin")
 
+    machines = [pins.get("machine") for pins in lock["arch"].values()]
     for arch, pins in lock["arch"].items():
         where = f"{L}: arch.{arch}"
+        if not isinstance(pins.get("machine"), str) or machines.count(pins["machine"]) != 1:
+            problems.append(f"{where}.machine must name this arch's machine (uname -m), one per arch "
+                            f"(got {pins.get('machine')!r})")
         unknown = set(pins.get("images", ())) - set(IMAGES)
         if unknown or "base" not in images(lock, arch):
             problems.append(f"{where}.images must include base and name only {', '.join(IMAGES)} "
@@ -493,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check")
     sub.add_parser("refresh")
     sub.add_parser("arches")
+    sub.add_parser("arch-of").add_argument("machine")
+    sub.add_parser("label-prefix")
     p = sub.add_parser("require-image")
     p.add_argument("arch")
     p.add_argument("image")
@@ -536,6 +551,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.lock.name}: ok ({len(changes)} pins refreshed)")
         elif args.command == "arches":
             _print(sorted(lock["arch"]))
+        elif args.command == "arch-of":
+            print(arch_of(lock, args.machine))
+        elif args.command == "label-prefix":
+            print(LABEL_PREFIX)
         elif args.command == "require-image":
             require_image(lock, args.arch, args.image)
         elif args.command == "get":

@@ -55,14 +55,14 @@ class Target:
 
     def image(self) -> str:
         kind = "cache" if self.vars.get("sglang_rvv_cache", "warm") == "warm" else "model"
-        arch = {"x86_64": "amd64"}.get(self.host.system_info.arch, self.host.system_info.arch)
         model = self.vars.get("sglang_rvv_model", "")
         env = ""
         if self.vars.get("sglang_rvv_model_dir"):  # the target's copy names the image (group_vars/all.yml)
             store = self.vars.get("sglang_rvv_model_store_dir", "/opt/sglang-rvv/models")
             copy = f"{store}/{self.vars['sglang_rvv_model_dir'].rstrip('/').rsplit('/', 1)[-1]}"
             model, env = "", f"SGLANG_RVV_CHECKPOINT_DIR={shlex.quote(copy)} "
-        command = f"cd {shlex.quote(self.src())} && {env}images/scripts/image-name.sh {kind} {arch} {model}"
+        # ARCH '': the target's own (image-name.sh asks the lock for its machine's arch).
+        command = f"cd {shlex.quote(self.src())} && {env}images/scripts/image-name.sh {kind} '' {model}"
         return self.run_ok(command).strip()
 
 
