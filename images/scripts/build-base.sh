@@ -75,7 +75,7 @@ build() {
 }
 
 main() {
-  build_start '2,12' base "$@"
+  build_start base "$@"
   need_cmd mmdebstrap
   need_lock_current
   build_step "$(image_name base "${ARCH}")" "$(python3 "${LOCK_PY}" base-inputs "${ARCH}")" build "${BUILD_DIR}/base-${ARCH}"

@@ -45,7 +45,7 @@ build() {
 }
 
 main() {
-  build_start '2,14' cache "$@"
+  build_start cache "$@"
   MODEL=$(model_key "${MODEL}")
   local model_image ctx
   model_image=$(image_name model "${ARCH}" "${MODEL}")

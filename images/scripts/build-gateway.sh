@@ -53,7 +53,7 @@ build() {
 }
 
 main() {
-  build_start '2,14' gateway "$@"
+  build_start gateway "$@"
   local base ctx digest
   set_wheel_platforms
   need_emulation "${ARCH}"

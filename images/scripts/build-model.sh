@@ -73,7 +73,7 @@ build() {
 }
 
 main() {
-  build_start '2,14' model "$@"
+  build_start model "$@"
   local runtime
   MODEL=$(model_key "${MODEL}")
   runtime=$(image_name runtime "${ARCH}")

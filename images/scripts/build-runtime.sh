@@ -115,7 +115,7 @@ build() {
 }
 
 main() {
-  build_start '2,19' runtime "$@"
+  build_start runtime "$@"
   need_lock_current
   check_supported
   local base ctx digest

@@ -33,6 +33,9 @@ host_arch() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" arch-of "$(uname -m)" || ex
 
 image_exists() { podman image exists "$1"; }
 
+# usage: the calling script's header comment (line 2 up to its first line of code), as --help.
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; }
+
 # The commit this tree is: git's HEAD ("-dirty" appended when the work tree differs from it,
 # untracked files included), or in a `git archive` export (Ansible's build role ships one) the
 # hash git wrote into images/REVISION; "unknown" otherwise.
@@ -199,15 +202,13 @@ need_emulation() {
 need_arch_image() { python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" require-image "${ARCH}" "$1" || exit 1; }
 
 # Parse a build script's "[--force] [ARCH] [MODEL]" into FORCE, ARCH and (for scripts that
-# declare MODEL) MODEL; $1 is the sed line range of the script's header comment, for --help.
+# declare MODEL) MODEL; --help prints the script's header comment (usage).
 parse_build_args() {
-  local help_lines="$1"
-  shift
   while (($#)); do
     # shellcheck disable=SC2034  # FORCE and MODEL are read by the calling build script
     case "$1" in
       --force) FORCE=1 ;;
-      -h|--help) sed -n "${help_lines}s/^# \{0,1\}//p" "$0"; exit 0 ;;
+      -h|--help) usage; exit 0 ;;
       -*) die "unknown option '$1'" ;;
       *)
         if [[ -z ${ARCH} ]]; then
@@ -229,13 +230,13 @@ need_lock_current() {
   python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
 }
 
-# build_start HELP_LINES IMAGE ARGS...: what every build script does first: parse ARGS
-# (parse_build_args, HELP_LINES as there), need root, podman and python3, and a lock that
+# build_start IMAGE ARGS...: what every build script does first: parse ARGS
+# (parse_build_args), need root, podman and python3, and a lock that
 # pins IMAGE (base, runtime, model, cache, gateway) for ARCH.
 build_start() {
-  local help_lines="$1" kind="$2"
-  shift 2
-  parse_build_args "${help_lines}" "$@"
+  local kind="$1"
+  shift
+  parse_build_args "$@"
   need_root
   need_cmd podman python3
   need_arch_image "${kind}"

@@ -34,7 +34,6 @@ EMULATED=(riscv64 aarch64)
 CHECK_ONLY=0
 EMULATION=auto
 
-usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
 
 parse_args() {
   while (($#)); do
