@@ -92,6 +92,8 @@ start_appliances() {
     export SGLANG_RVV_QEMU_CPU="${SGLANG_RVV_QEMU_CPU:-$(lock "arch.${arch}.qemu_cpu")}"
     # Timings under qemu say nothing about the board: no load-time warm-up and route table.
     export SGLANG_RVV_WARMUP="${SGLANG_RVV_WARMUP:-0}"
+    # /health generates one token: seconds under qemu, more on a busy host.
+    export SGLANG_RVV_HEALTH_TIMEOUT="${SGLANG_RVV_HEALTH_TIMEOUT:-60}"
     timeout="${SGLANG_RVV_UP_TIMEOUT:-1800}"
     log "${arch} under qemu-user (QEMU_CPU=${SGLANG_RVV_QEMU_CPU}, SGLANG_RVV_WARMUP=${SGLANG_RVV_WARMUP}): the first start takes minutes"
   fi
