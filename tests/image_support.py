@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_rvv.launch.client import get_json, post_json
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "images" / "scripts"
 LOCK_PY = SCRIPTS / "lock.py"
@@ -120,17 +122,12 @@ def completion(port: int, prompt: str = "Hello", max_tokens: int = 8, model: str
     """POST /v1/completions on 127.0.0.1:PORT, greedy. A gateway needs the MODEL to route by
     (an appliance serves its one model without it)."""
     fields = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
-    body = json.dumps({**fields, "model": model} if model else fields).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as reply:
-        return json.loads(reply.read())
+    return post_json(f"http://127.0.0.1:{port}/v1/completions", {**fields, "model": model} if model else fields)
 
 
 def gateway_workers(port: int) -> dict[str, bool]:
     """The workers of the gateway on 127.0.0.1:PORT: {url: healthy}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=10) as reply:
-        return {w["url"]: w["is_healthy"] for w in json.load(reply)["workers"]}
+    return {w["url"]: w["is_healthy"] for w in get_json(f"http://127.0.0.1:{port}/workers", timeout=10)["workers"]}
 
 
 # Where the plugin writes its JSON report in an appliance (the Inductor cache volume, one

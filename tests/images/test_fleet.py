@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from image_support import REPO, free_port, gateway_workers, run, scrape
 
-from sglang_rvv.bench.client import post_json
 from sglang_rvv.checkpoint import write_tiny_checkpoint
+from sglang_rvv.launch.client import post_json
 from sglang_rvv.launch.process import SGLangServer
 from support import PROMPTS, assert_same_greedy, assert_whole_weights, generate_greedy, same_greedy
 

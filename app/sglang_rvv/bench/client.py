@@ -15,24 +15,12 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from ..launch.client import json_request, post_json
+
 REQUEST_TIMEOUT = 600.0
 INPUT_LEN, OUTPUT_LEN = 64, 8  # the issue-6 request shape: one-batch, serving and fleet
 # Plain lower-case syllables: text that every tokenizer splits into ordinary tokens.
 _SYLLABLES = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
-
-
-def get_json(url: str, timeout: float = 30) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.load(response)
-
-
-def _json_request(url: str, body: dict) -> urllib.request.Request:
-    return urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-
-
-def post_json(url: str, body: dict, timeout: float = REQUEST_TIMEOUT) -> dict:
-    with urllib.request.urlopen(_json_request(url, body), timeout=timeout) as response:
-        return json.load(response)
 
 
 def server_prompt_ids(base_url: str, count: int, seed: int = 0, length: int = INPUT_LEN) -> list[list[int]]:
@@ -59,7 +47,7 @@ def generate(base_url: str, input_ids: list[int], max_new_tokens: int = OUTPUT_L
     token_times: list[float] = []
     output_ids: list[int] = []
     meta: dict = {}
-    with urllib.request.urlopen(_json_request(base_url + "/generate", body), timeout=REQUEST_TIMEOUT) as response:
+    with urllib.request.urlopen(json_request(base_url + "/generate", body), timeout=REQUEST_TIMEOUT) as response:
         for raw in response:
             line = raw.decode().strip()
             if not line.startswith("data:") or line == "data: [DONE]":

@@ -26,6 +26,7 @@ import urllib.error
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..launch.client import get_json
 from ..launch.process import HOST, SGLangServer, free_port
 from . import client
 from .meta import fleet_provenance
@@ -56,7 +57,7 @@ def layouts(cpus: Sequence[int]) -> dict[str, list[list[int]]]:
 
 def healthy_workers(gateway_url: str) -> list[str]:
     """The worker URLs the gateway lists healthy (``/workers``), sorted; raises when it does not answer."""
-    listed = client.get_json(gateway_url + "/workers", timeout=5)["workers"]
+    listed = get_json(gateway_url + "/workers", timeout=5)["workers"]
     return sorted(w["url"] for w in listed if w.get("is_healthy"))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..entrypoint import IMAGE_LOCK
 from ..host import cpu_model, usable_cpus
 from ..inductor_cache import app_version
-from .client import get_json
+from ..launch.client import get_json
 
 REPO = Path(__file__).resolve().parents[3]
 # The pins a result depends on: the Python stack and the images (the image's own copy when run inside one).

@@ -1,8 +1,10 @@
-"""HTTP requests to an SGLang server, ``urllib`` only.
+"""HTTP requests to an SGLang server, ``urllib`` only: the project's one JSON-over-HTTP client.
 
-:class:`ServerClient` is mixed into :class:`~sglang_rvv.launch.process.SGLangServer`, so a
-test says ``server.post(...)``; it needs ``base_url`` and ``model_path``, and asks
-:meth:`ServerClient._failure_context` what to add when a connection drops.
+:func:`json_request`, :func:`get_json` and :func:`post_json` are the plain requests (the
+benchmarks, the fleet step and the image tests use them); :class:`ServerClient` is mixed into
+:class:`~sglang_rvv.launch.process.SGLangServer`, so a test says ``server.post(...)``; it
+needs ``base_url`` and ``model_path``, and asks :meth:`ServerClient._failure_context` what to
+add when a connection drops.
 """
 
 from __future__ import annotations
@@ -13,6 +15,22 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
+
+
+def json_request(url: str, body: Any = None) -> urllib.request.Request:
+    """A request for ``url``: a POST of ``body`` as JSON, or a GET when ``body`` is None."""
+    data = None if body is None else json.dumps(body).encode()
+    return urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+
+
+def get_json(url: str, timeout: float = 30) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.load(response)
+
+
+def post_json(url: str, body: Any, timeout: float = 120) -> Any:
+    with urllib.request.urlopen(json_request(url, body), timeout=timeout) as response:
+        return json.load(response)
 
 
 class ServerError(RuntimeError):
@@ -30,10 +48,7 @@ class ServerClient:
         raise NotImplementedError
 
     def _request(self, path: str, body: Any = None, timeout: float = 120.0) -> bytes:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url + path, data=data, headers={"Content-Type": "application/json"}
-        )
+        request = json_request(self.base_url + path, body)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.read()
