@@ -114,3 +114,13 @@ def test_a_conversion_whose_bytes_differ_from_the_lock_installs_nothing(tmp_path
     assert errors[1] == (f"model.sh: error: models.{MODEL}: the files do not match images/lock.toml (see above); "
                          "nothing was installed")
     assert list((tmp_path / "models").iterdir()) == []
+
+
+@pytest.mark.parametrize("script", ["model.sh", "build-model.sh"])
+def test_a_model_the_lock_does_not_know_is_one_line_before_anything_is_built(script):
+    result = subprocess.run([REPO / "images" / "scripts" / script, *(["amd64"] if script == "build-model.sh" else []),
+                             "no-such-model"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "lock.py: MODEL=no-such-model: not a model of lock.toml (known: qwen3-0_6b, smollm2-135m-instruct, "
+        "tiny-llama; or MODEL_DIR=DIR for a checkpoint directory)"]
