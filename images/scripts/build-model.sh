@@ -38,7 +38,7 @@ stage_lock_model() {
 
 # build RUNTIME (build_step's FUNCTION): the checkpoint into a context, then the image.
 build() {
-  local runtime="$1" ctx served revision key
+  local runtime="$1" ctx served revision key origin=()
   ctx="${BUILD_DIR}/model-context-${MODEL}-${ARCH}"
   rm -rf "${ctx}"
   mkdir -p "${ctx}"
@@ -58,7 +58,17 @@ build() {
   else
     stage_lock_model "${ctx}"
     served="${MODEL}"
-    revision=$(lock "models.${MODEL}.revision" 2>/dev/null || echo "tiny-seed-$(lock "models.${MODEL}.seed")")
+    case "$(lock "models.${MODEL}.kind")" in
+      hf) revision=$(lock "models.${MODEL}.revision") ;;
+      tiny) revision="tiny-seed-$(lock "models.${MODEL}.seed")" ;;
+      gguf)  # where the weights come from and what converted them, as model.json has it in full
+        revision="pypi:$(lock "models.${MODEL}.origin.package")==$(lock "models.${MODEL}.origin.version")"
+        origin=(
+          --label "${LABEL_PREFIX}.model-origin=${revision}/$(lock "models.${MODEL}.origin.file") sha256:$(lock "models.${MODEL}.origin.sha256")"
+          --label "${LABEL_PREFIX}.model-licence=$(lock "models.${MODEL}.origin.licence")"
+          --label "${LABEL_PREFIX}.model-conversion=transformers==$(lock "models.${MODEL}.conversion.transformers") gguf==$(lock "models.${MODEL}.conversion.gguf") torch==$(lock "models.${MODEL}.conversion.torch") bfloat16"
+        ) ;;
+    esac
   fi
   build_image "${ctx}" "${IMAGES_DIR}/model/Containerfile" \
     --build-arg "RUNTIME_IMAGE=${runtime}" \
@@ -68,6 +78,7 @@ build() {
     --label "${LABEL_PREFIX}.model=${MODEL}" \
     --label "${LABEL_PREFIX}.model-name=${served}" \
     --label "${LABEL_PREFIX}.model-revision=${revision}" \
+    "${origin[@]}" \
     --label "${LABEL_PREFIX}.model-sha256=$(python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["sha256"], sort_keys=True, separators=(",", ":")))' "${ctx}/model.json")"
   rm -rf "${ctx}"
 }
@@ -76,6 +87,7 @@ main() {
   build_start model "$@"
   local runtime
   MODEL=$(model_key "${MODEL}")
+  [[ -n ${SGLANG_RVV_CHECKPOINT_DIR:-} ]] || python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" model-kind "${MODEL}" >/dev/null || exit 1
   runtime=$(image_name runtime "${ARCH}")
   image_exists "${runtime}" || die "runtime image ${runtime} not found: run images/scripts/build-runtime.sh ${ARCH}"
   build_step "$(image_name model "${ARCH}" "${MODEL}")" "$(model_inputs "${runtime}")" build "${runtime}"

