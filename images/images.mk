@@ -43,9 +43,11 @@ lock:
 	python3 $(IMAGES_SCRIPTS)/lock.py refresh
 
 # The build scripts check the lock themselves and fail naming a stale pin: a build never edits it.
-# A checkpoint directory that cannot be served stops the build before anything is built.
+# A checkpoint directory that cannot be served, or a MODEL the lock does not know, stops the build
+# before anything is built.
 model-dir-check:
-	@if [ -n "$(MODEL_DIR)" ]; then python3 $(IMAGES_SCRIPTS)/checkpoint.py check "$(MODEL_DIR)"; fi
+	@if [ -n "$(MODEL_DIR)" ]; then python3 $(IMAGES_SCRIPTS)/checkpoint.py check "$(MODEL_DIR)"; \
+	else python3 $(IMAGES_SCRIPTS)/lock.py model-kind "$(MODEL)" >/dev/null; fi
 
 image-base: model-dir-check images-setup
 	$(IMAGES_SCRIPTS)/build-base.sh $(ARCH)
