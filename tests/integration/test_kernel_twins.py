@@ -172,19 +172,31 @@ def test_linear_large_shapes(native, quant, group_size, n, k, m):
     _assert_within_fp32_error(out, x, layout.dequantize_reference(*packed, quant, n, k), chain=k + math.ceil(k / group))
 
 
-@pytest.mark.parametrize("quant,group_size", QUANT)
-def test_thread_count_changes_no_bit(native, quant, group_size):
-    weight, x = _randn(1000, 333, seed=9), _randn(9, 333, seed=10)
-    packed = _pack(native, quant, weight, group_size)
+def _with_threads(count: int, call):
     threads = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
-        outs = []
-        for count in (1, 2):
-            torch.set_num_threads(count)
-            outs.append(_linear(native, quant, x, packed, 1000, 333))
+        return call()
     finally:
         torch.set_num_threads(threads)
-    assert torch.equal(_bits(outs[0]), _bits(outs[1]))
+
+
+# 1000: many blocks; 20 and 10: one block on two threads, which the entry point splits into half
+# blocks, one a thread (at 10 the second half is all padding and skipped).
+@pytest.mark.parametrize("n", [1000, 20, 10])
+@pytest.mark.parametrize("quant,group_size", [pytest.param(None, 0, id="bf16"), *QUANT])
+def test_thread_count_and_half_blocks_change_no_bit(native, quant, group_size, n):
+    weight, x = _randn(n, 333, seed=9), _randn(9, 333, seed=10)
+    if quant is None:
+        packed = native.pack_bf16_weight(weight, VERSION)
+        def call():
+            return native.packed_bf16_linear(x, packed, n, VERSION)
+    else:
+        packed = _pack(native, quant, weight, group_size)
+        def call():
+            return _linear(native, quant, x, packed, n, 333)
+    one, two = _with_threads(1, call), _with_threads(2, call)
+    assert torch.equal(_bits(one), _bits(two))
 
 
 @pytest.mark.parametrize("quant,group_size", QUANT)

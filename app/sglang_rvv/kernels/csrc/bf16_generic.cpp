@@ -25,16 +25,18 @@ void pack_bf16_32x(const uint16_t* weight, uint16_t* packed, int64_t n, int64_t 
 void linear_bf16_32x_generic(const LinearArgs& a, int64_t block_begin, int64_t block_end, float* /*scratch*/) {
   for (int64_t b = block_begin; b < block_end; ++b) {
     const uint16_t* w = a.packed + b * a.k * kBlockN;
-    const int64_t cols = min64(kBlockN, a.n - b * kBlockN);
+    const int64_t lanes_end = min64(a.lane_end, a.n - b * kBlockN);
     for (int64_t r = 0; r < a.m; ++r) {
       const uint16_t* x = a.x + r * a.k;
       float acc[kBlockN] = {};
       for (int64_t k = 0; k < a.k; ++k) {
         const float xk = bf16_to_f32(x[k]);
-        for (int64_t j = 0; j < kBlockN; ++j) acc[j] = __builtin_fmaf(xk, bf16_to_f32(w[k * kBlockN + j]), acc[j]);
+        for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
+          acc[j] = __builtin_fmaf(xk, bf16_to_f32(w[k * kBlockN + j]), acc[j]);
+        }
       }
       uint16_t* out = a.out + r * a.n + b * kBlockN;
-      for (int64_t j = 0; j < cols; ++j) out[j] = f32_to_bf16_rne(acc[j]);
+      for (int64_t j = a.lane_begin; j < lanes_end; ++j) out[j] = f32_to_bf16_rne(acc[j]);
     }
   }
 }

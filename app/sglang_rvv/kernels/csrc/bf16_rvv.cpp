@@ -54,11 +54,13 @@ void tile_bf16_32x(const float* x, int64_t ldx, const uint16_t* w, int64_t kn, f
   if constexpr (R > 3) __riscv_vse32_v_f32m4(acc + 3 * kBlockN, c3, vl);
 }
 
-// One K panel of one block for all m rows: column passes of vl lanes, 4-row tiles, then the
+// One K panel of one block's lanes for all m rows: column passes of vl lanes, 4-row tiles, then the
 // 1..3 rows left (m = 1 is the GEMV: one accumulator group, the panel read once).
-void panel_bf16_32x(const float* x, int64_t ldx, int64_t m, const uint16_t* w, int64_t kn, float* acc, bool fresh) {
-  for (int64_t j0 = 0; j0 < kBlockN;) {
-    const size_t vl = __riscv_vsetvl_e32m4(static_cast<size_t>(kBlockN - j0));
+void panel_bf16_32x(const LinearArgs& a, const float* x, int64_t ldx, const uint16_t* w, int64_t kn, float* acc,
+                    bool fresh) {
+  const int64_t m = a.m;
+  for (int64_t j0 = a.lane_begin; j0 < a.lane_end;) {
+    const size_t vl = __riscv_vsetvl_e32m4(static_cast<size_t>(a.lane_end - j0));
     int64_t r = 0;
     for (; r + kRowTile <= m; r += kRowTile) {
       tile_bf16_32x<kRowTile>(x + r * ldx, ldx, w + j0, kn, acc + r * kBlockN + j0, fresh, vl);
@@ -92,11 +94,12 @@ void linear_bf16_32x_rvv(const LinearArgs& a, int64_t block_begin, int64_t block
       const int64_t kn = min64(kPanelK, a.k - k0);
       widen_bf16_panel(a.x + k0, a.k, a.m, kn, xf);
       for (int64_t b = g0; b < g1; ++b) {
-        panel_bf16_32x(xf, kn, a.m, a.packed + (b * a.k + k0) * kBlockN, kn, acc + (b - g0) * block_floats, k0 == 0);
+        panel_bf16_32x(a, xf, kn, a.packed + (b * a.k + k0) * kBlockN, kn, acc + (b - g0) * block_floats, k0 == 0);
       }
     }
     for (int64_t b = g0; b < g1; ++b) {
-      store_bf16_rows(acc + (b - g0) * block_floats, a.m, a.out + b * kBlockN, a.n, min64(kBlockN, a.n - b * kBlockN));
+      store_bf16_rows(acc + (b - g0) * block_floats + a.lane_begin, a.m, a.out + b * kBlockN + a.lane_begin, a.n,
+                      min64(a.lane_end, a.n - b * kBlockN) - a.lane_begin);
     }
   }
 }

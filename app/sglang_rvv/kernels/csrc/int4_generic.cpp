@@ -26,7 +26,7 @@ void linear_int4_32x_generic(const QuantLinearArgs& a, int64_t block_begin, int6
   for (int64_t b = block_begin; b < block_end; ++b) {
     const uint8_t* w = a.qweight + b * (kp / 2) * kBlockN;
     const uint16_t* sc = a.scales + b * groups * kBlockN;
-    const int64_t cols = min64(kBlockN, a.n - b * kBlockN);
+    const int64_t lanes_end = min64(a.lane_end, a.n - b * kBlockN);
     for (int64_t r = 0; r < a.m; ++r) {
       const uint16_t* x = a.x + r * a.k;
       float acc[kBlockN] = {};
@@ -34,14 +34,16 @@ void linear_int4_32x_generic(const QuantLinearArgs& a, int64_t block_begin, int6
         float s[kBlockN] = {};
         for (int64_t k = g * a.group; k < min64(g * a.group + a.group, a.k); ++k) {
           const float xk = bf16_to_f32(x[k]);
-          for (int64_t j = 0; j < kBlockN; ++j) {
+          for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
             s[j] = __builtin_fmaf(xk, static_cast<float>(int4_value(w[(k / 2) * kBlockN + j], k)), s[j]);
           }
         }
-        for (int64_t j = 0; j < kBlockN; ++j) acc[j] = __builtin_fmaf(s[j], bf16_to_f32(sc[g * kBlockN + j]), acc[j]);
+        for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
+          acc[j] = __builtin_fmaf(s[j], bf16_to_f32(sc[g * kBlockN + j]), acc[j]);
+        }
       }
       uint16_t* out = a.out + r * a.n + b * kBlockN;
-      for (int64_t j = 0; j < cols; ++j) out[j] = f32_to_bf16_rne(acc[j]);
+      for (int64_t j = a.lane_begin; j < lanes_end; ++j) out[j] = f32_to_bf16_rne(acc[j]);
     }
   }
 }

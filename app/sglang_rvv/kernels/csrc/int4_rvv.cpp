@@ -16,7 +16,9 @@ namespace sglang_rvv {
 namespace {
 
 struct Int4 {
-  static const uint8_t* block(const uint8_t* qweight, int64_t b, int64_t kp) { return qweight + b * (kp / 2) * kBlockN; }
+  static const uint8_t* block(const uint8_t* qweight, int64_t b, int64_t kp) {
+    return qweight + b * (kp / 2) * kBlockN;
+  }
   static const uint8_t* at(const uint8_t* wblock, int64_t k) { return wblock + (k / 2) * kBlockN; }
 
   template <int R>

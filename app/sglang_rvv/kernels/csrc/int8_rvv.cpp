@@ -21,7 +21,9 @@ struct Int8 {
   template <int R>
   static void accumulate(const float* x, int64_t ldx, const uint8_t* w, int64_t n, size_t vl, vfloat32m4_t& c0,
                          vfloat32m4_t& c1, vfloat32m4_t& c2, vfloat32m4_t& c3) {
-    const auto row = [&](int64_t i) { return __riscv_vle8_v_i8m1(reinterpret_cast<const int8_t*>(w + i * kBlockN), vl); };
+    const auto row = [&](int64_t i) {
+      return __riscv_vle8_v_i8m1(reinterpret_cast<const int8_t*>(w + i * kBlockN), vl);
+    };
     int64_t i = 0;
     for (; i + 2 <= n; i += 2) {
       prefetch_r(w + i * kBlockN + kPrefetchBytes);

@@ -42,11 +42,15 @@ constexpr int64_t kSmallRows = 16;
 // distance for the K1's LPDDR4X is for a measurement on the board.
 constexpr int64_t kPrefetchBytes = 1024;
 
+// A call computes lanes [lane_begin, lane_end) of each of its blocks: all 32, or half a block
+// when a layer has too few blocks to keep every thread busy (each lane is its own fma chain,
+// so a split never changes a bit).
 struct LinearArgs {
   const uint16_t* x;       // [m, k] input rows, BF16 bits (the kernels widen them, exactly)
   const uint16_t* packed;  // [ceil(n/32), k, 32] BF16 bits
   uint16_t* out;           // [m, n] BF16 bits
   int64_t m, k, n;
+  int64_t lane_begin = 0, lane_end = kBlockN;
 };
 
 struct QuantLinearArgs {
@@ -55,6 +59,7 @@ struct QuantLinearArgs {
   const uint16_t* scales;  // [B, kp/group, 32] BF16 bits
   uint16_t* out;           // [m, n] BF16 bits
   int64_t m, k, n, group;  // kp = ceil(k/group)*group
+  int64_t lane_begin = 0, lane_end = kBlockN;
 };
 
 // Floats of scratch one call of a linear kernel needs for m rows: the FP32 widening of the
@@ -63,8 +68,8 @@ struct QuantLinearArgs {
 static inline int64_t linear_scratch_floats(int64_t m) { return m * kPanelK + kGroupBlocks * m * kBlockN; }
 static inline int64_t quant_scratch_floats(int64_t m) { return m * kPanelK + 2 * kGroupBlocks * m * kBlockN; }
 
-// out[:, 32*b : min(32*b+32, n)] for every block b in [block_begin, block_end). Calls on
-// disjoint block ranges write disjoint columns, so they run in parallel.
+// out[:, 32*b + lane_begin : min(32*b + lane_end, n)] for every block b in [block_begin,
+// block_end). Calls on disjoint blocks or lanes write disjoint columns, so they run in parallel.
 using LinearKernel = void (*)(const LinearArgs&, int64_t block_begin, int64_t block_end, float* scratch);
 using QuantLinearKernel = void (*)(const QuantLinearArgs&, int64_t block_begin, int64_t block_end, float* scratch);
 

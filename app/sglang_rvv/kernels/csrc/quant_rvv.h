@@ -59,13 +59,13 @@ void tile(const QuantLinearArgs& a, const float* x, int64_t ldx, const uint8_t* 
   }
 }
 
-// K steps [k0, k1) of one block for all m rows: column passes of vl lanes, 4-row tiles, then
+// K steps [k0, k1) of one block's lanes for all m rows: column passes of vl lanes, 4-row tiles, then
 // the 1..3 rows left.
 template <class L>
 void panel(const QuantLinearArgs& a, const float* x, int64_t ldx, const uint8_t* wblock, const uint16_t* sblock,
            int64_t k0, int64_t k1, BlockState st) {
-  for (int64_t j0 = 0; j0 < kBlockN;) {
-    const size_t vl = __riscv_vsetvl_e32m4(static_cast<size_t>(kBlockN - j0));
+  for (int64_t j0 = a.lane_begin; j0 < a.lane_end;) {
+    const size_t vl = __riscv_vsetvl_e32m4(static_cast<size_t>(a.lane_end - j0));
     const auto at = [&](int64_t r) { return BlockState{st.sums + r * kBlockN + j0, st.acc + r * kBlockN + j0}; };
     int64_t r = 0;
     for (; r + kRowTile <= a.m; r += kRowTile) {
@@ -102,7 +102,8 @@ void linear(const QuantLinearArgs& a, int64_t block_begin, int64_t block_end, fl
       }
     }
     for (int64_t b = g0; b < g1; ++b) {
-      store_bf16_rows(acc + (b - g0) * block_floats, a.m, a.out + b * kBlockN, a.n, min64(kBlockN, a.n - b * kBlockN));
+      store_bf16_rows(acc + (b - g0) * block_floats + a.lane_begin, a.m, a.out + b * kBlockN + a.lane_begin, a.n,
+                      min64(a.lane_end, a.n - b * kBlockN) - a.lane_begin);
     }
   }
 }

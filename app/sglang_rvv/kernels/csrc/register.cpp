@@ -56,6 +56,30 @@ float* thread_scratch(int64_t floats) {
   return buffer.data();
 }
 
+// Runs kernel(args, block_begin, block_end) over every block on torch's threads. With fewer than
+// two blocks per thread (a narrow layer: 6 blocks on 8 threads leaves 2 idle) the work items are
+// half blocks, 16 lanes each, and a thread that gets both halves of a block runs it whole; a
+// half that is all padding (past n) is skipped. Lanes are independent fma chains: same bits.
+template <class Args, class Kernel>
+void for_blocks(const Args& args, int64_t blocks, const Kernel& kernel) {
+  constexpr int64_t kHalf = kBlockN / 2;
+  if (blocks >= 2 * at::get_num_threads()) {
+    at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) { kernel(args, begin, end); });
+    return;
+  }
+  at::parallel_for(0, 2 * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end;) {
+      const int64_t block = item / 2;
+      Args part = args;
+      const bool whole = item % 2 == 0 && item + 1 < end;
+      part.lane_begin = whole ? 0 : (item % 2) * kHalf;
+      part.lane_end = whole ? kBlockN : part.lane_begin + kHalf;
+      if (block * kBlockN + part.lane_begin < args.n) kernel(part, block, block + 1);
+      item += whole ? 2 : 1;
+    }
+  });
+}
+
 const uint16_t* bf16_bits(const at::Tensor& t) {
   return reinterpret_cast<const uint16_t*>(t.const_data_ptr<at::BFloat16>());
 }
@@ -119,8 +143,8 @@ at::Tensor packed_bf16_linear(const at::Tensor& input, const at::Tensor& packed_
   const at::Tensor w = packed_weight.contiguous();
   const LinearArgs args{bf16_bits(x), bf16_bits(w), bf16_bits_mut(out), m, k, n};
   const LinearKernel kernel = isa().bf16;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    kernel(args, begin, end, thread_scratch(linear_scratch_floats(m)));
+  for_blocks(args, blocks, [&](const LinearArgs& part, int64_t begin, int64_t end) {
+    kernel(part, begin, end, thread_scratch(linear_scratch_floats(m)));
   });
   return out;
 }
@@ -136,8 +160,10 @@ struct QuantSpec {
   QuantLinearKernel Isa::*kernel;
 };
 
-constexpr QuantSpec kInt8{"pack_int8_weight", "packed_int8_linear", kInt8LayoutVersion, at::kChar, "int8", 1, &Isa::int8};
-constexpr QuantSpec kInt4{"pack_int4_weight", "packed_int4_linear", kInt4LayoutVersion, at::kByte, "uint8", 2, &Isa::int4};
+constexpr QuantSpec kInt8{"pack_int8_weight", "packed_int8_linear", kInt8LayoutVersion,
+                          at::kChar,          "int8",             1,                  &Isa::int8};
+constexpr QuantSpec kInt4{"pack_int4_weight", "packed_int4_linear", kInt4LayoutVersion,
+                          at::kByte,          "uint8",            2,                  &Isa::int4};
 
 std::tuple<at::Tensor, at::Tensor> pack_quantized(const QuantSpec& spec, const at::Tensor& weight, int64_t group,
                                                   int64_t layout_version) {
@@ -191,10 +217,10 @@ at::Tensor quantized_linear(const QuantSpec& spec, const at::Tensor& input, cons
   if (m == 0) return out;
   const at::Tensor x = input.contiguous(), q = qweight.contiguous(), s = scales.contiguous();
   const QuantLinearArgs args{bf16_bits(x), static_cast<const uint8_t*>(q.const_data_ptr()), bf16_bits(s),
-                             bf16_bits_mut(out), m, k, n, group};
+                             bf16_bits_mut(out), m, k, n, group};  // all 32 lanes
   const QuantLinearKernel kernel = isa().*spec.kernel;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    kernel(args, begin, end, thread_scratch(quant_scratch_floats(m)));
+  for_blocks(args, blocks, [&](const QuantLinearArgs& part, int64_t begin, int64_t end) {
+    kernel(part, begin, end, thread_scratch(quant_scratch_floats(m)));
   });
   return out;
 }
