@@ -64,11 +64,17 @@ def layout_refusal(name: str) -> str | None:
         return None
     if name not in layout.QUANTIZED:
         return f"unknown layout {name!r}; the rvv kernels implement {', '.join(layout.WEIGHT_DTYPES)}"
-    op = f"packed_{name}_linear"
-    if not hasattr(torch.ops.sglang_rvv_native, op):
-        return (f"the kernel library {library_path()} has no sglang_rvv_native::{op} (built before the {name} "
-                "layout); rebuild it with images/scripts/build-kernels.sh")
+    ok, why = status()
+    if not ok:
+        return why
+    if not _has_ops(name):
+        return (f"the kernel library {library_path()} has no sglang_rvv_native::packed_{name}_linear (built "
+                f"before the {name} layout); rebuild it with images/scripts/build-kernels.sh")
     return None
+
+
+def _has_ops(name: str) -> bool:
+    return all(hasattr(torch.ops.sglang_rvv_native, op) for op in (f"pack_{name}_weight", f"packed_{name}_linear"))
 
 
 def pack_quantized(weight: torch.Tensor, quant: layout.QuantLayout, group: int) -> tuple[torch.Tensor, ...]:
@@ -153,7 +159,7 @@ def _register_fakes() -> None:
     torch.library.register_fake("sglang_rvv_native::pack_bf16_weight", pack_fake)
     torch.library.register_fake("sglang_rvv_native::packed_bf16_linear", linear_fake)
     for quant in layout.QUANTIZED.values():
-        if layout_refusal(quant.name) is None:
+        if _has_ops(quant.name):  # not layout_refusal: this runs inside the status() probe
             _register_quantized_fakes(quant)
 
 
