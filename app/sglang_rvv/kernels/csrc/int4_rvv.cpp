@@ -30,10 +30,12 @@ struct Int4 {
     for (; i + 4 <= n; i += 4) {
       prefetch_r(w + (i / 2) * kBlockN + kPrefetchBytes);
       const vuint8m1_t p0 = pairs(i), p1 = pairs(i + 2);
-      step(i, int4_low(p0, vl));
-      step(i + 1, int4_high(p0, vl));
-      step(i + 2, int4_low(p1, vl));
-      step(i + 3, int4_high(p1, vl));
+      // All four unpacks at e8 first, then the e32 work: one vsetvli switch each way, not four.
+      const vint8m1_t q0 = int4_low(p0, vl), q1 = int4_high(p0, vl), q2 = int4_low(p1, vl), q3 = int4_high(p1, vl);
+      step(i, q0);
+      step(i + 1, q1);
+      step(i + 2, q2);
+      step(i + 3, q3);
     }
     for (; i + 2 <= n; i += 2) {
       const vuint8m1_t p = pairs(i);
