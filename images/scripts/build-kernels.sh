@@ -32,10 +32,10 @@ clang_version() { "$1" --version | sed -n '1s/.*clang version \([0-9][0-9.]*\).*
 # The C++ and Python sides of the layout contract must name one version.
 layout_version() {
   local cxx py
-  cxx=$(sed -n 's/^constexpr int64_t kLayoutVersion = \([0-9]*\);.*/\1/p' "${CSRC}/packed_linear.h")
+  cxx=$(sed -n 's/^constexpr int64_t kLayoutVersion = \([0-9]*\);.*/\1/p' "${CSRC}/kernels.h")
   py=$(sed -n 's/^LAYOUT_VERSION = \([0-9]*\)$/\1/p' "${REPO_DIR}/app/sglang_rvv/layout.py")
   [[ -n ${cxx} && ${cxx} == "${py}" ]] \
-    || die "layout version: csrc/packed_linear.h kLayoutVersion '${cxx}' != app/sglang_rvv/layout.py LAYOUT_VERSION '${py}'"
+    || die "layout version: csrc/kernels.h kLayoutVersion '${cxx}' != app/sglang_rvv/layout.py LAYOUT_VERSION '${py}'"
   echo "${cxx}"
 }
 

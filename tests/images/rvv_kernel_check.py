@@ -38,10 +38,24 @@ REALISTIC = (2048, 2048)
 REALISTIC_ROWS = (1, 4, 16)
 MANY_ROWS = (96, 64, 300)  # N, K, M: past the largest bucket
 PACK_SHAPES = ((1, 1), (31, 7), (33, 333), (1000, 64), (2048, 2048))
+# The int8/int4 layouts under qemu: a sample (the exhaustive grid, every M in 1..130, runs through
+# the host-built twins in tests/integration/test_kernel_twins.py). Each (layout, group size) at
+# the bucket shape for the tile paths (M = 1, 3: one ragged tile; 5, 17: past kSmallRows; 130),
+# two K panels with a group across the panel edge (K=333), many blocks at M=1, and the
+# realistic shape at M=1 for the default of each layout.
+QUANT_CONFIGS = (("int8", 32), ("int8", 0), ("int4", 32), ("int4", 64))
+QUANT_SHAPES = tuple((*BUCKET_SHAPE, m) for m in (1, 3, 5, 17, 130)) + ((33, 333, 4), (1000, 333, 1))
+QUANT_REALISTIC = (("int8", 0), ("int4", 32))
+QUANT_EXACT = (33, 70, 2)  # N, K, M: small enough for layout.quantized_linear_reference under qemu
+QUANT_PACK_SHAPES = ((100, 70), (33, 300))
 
 
 def linear_case(n: int, k: int, m: int) -> str:
     return f"linear N={n} K={k} M={m}"
+
+
+def qlinear_case(name: str, group_size: int, n: int, k: int, m: int) -> str:
+    return f"qlinear {name} G={group_size} N={n} K={k} M={m}"
 
 
 MODES = ("full", "numeric", "no-vector")
@@ -70,6 +84,15 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
     cases += [(f"bucket N={BUCKET_SHAPE[0]} K={BUCKET_SHAPE[1]} M={m}", lambda m=m: check_bucket(m))
               for m in BUCKET_ROWS]
     cases += [("threads", check_threads), ("rounding", check_rounding), ("special values", check_special_values)]
+    if mode == "full":
+        cases += [("layout refusal", check_layout_refusal), ("compile quantized", check_compile_quantized)]
+        cases += [(f"qexact {name} G={g}", lambda name=name, g=g: check_qexact(name, g)) for name, g in QUANT_CONFIGS]
+    cases += [(f"qpack {name} G={g} N={n} K={k}", lambda name=name, g=g, n=n, k=k: check_qpack(name, g, n, k))
+              for name, g in QUANT_CONFIGS for n, k in QUANT_PACK_SHAPES]
+    cases += [(qlinear_case(name, g, *shape), lambda name=name, g=g, shape=shape: check_qlinear(name, g, *shape))
+              for name, g in QUANT_CONFIGS for shape in QUANT_SHAPES]
+    cases += [(qlinear_case(name, g, *REALISTIC, 1), lambda name=name, g=g: check_qlinear(name, g, *REALISTIC, 1))
+              for name, g in QUANT_REALISTIC]
     cases += [(f"error {name}", lambda name=name: check_error(name)) for name in ERRORS]
     return cases
 
@@ -299,10 +322,80 @@ def check_special_values() -> dict:
             "finite_sqnr_db": round(sqnr_db(out[finite], reference[finite]), 2), "digest": digest(out)}
 
 
+def _quant(name: str):
+    return layout.quant_layout(name)
+
+
+def _qpack(name: str, group_size: int, weight):
+    quant = _quant(name)
+    group = layout.effective_group_size(quant, group_size, weight.shape[1])
+    return getattr(native(), f"pack_{name}_weight")(weight, group, quant.version)
+
+
+def _qlinear(name: str, x, packed, n: int, k: int):
+    return getattr(native(), f"packed_{name}_linear")(x, *packed, n, k, _quant(name).version)
+
+
+def check_layout_refusal() -> dict:
+    return {name: rvv.layout_refusal(name) for name in layout.WEIGHT_DTYPES}
+
+
+def check_compile_quantized() -> dict:
+    """The int8/int4 ops' fake kernels give their shapes; Inductor keeps the int4 linear as an extern call
+    (one compile: under qemu each costs minutes, and both layouts' fakes come from one registration)."""
+    from torch._inductor.utils import run_and_get_code
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    result = {}
+    for name, group in (("int8", 64), ("int4", 32)):
+        with FakeTensorMode():
+            fq, fs = getattr(native(), f"pack_{name}_weight")(torch.empty(100, 64, dtype=torch.bfloat16), group, 1)
+            fo = getattr(native(), f"packed_{name}_linear")(torch.empty(3, 64, dtype=torch.bfloat16), fq, fs,
+                                                            100, 64, 1)
+        result[f"{name}_fake_shapes"] = [list(fq.shape), str(fq.dtype), list(fs.shape), list(fo.shape)]
+    weight, x = _inputs(100, 64, 3)
+    packed = _qpack("int4", 32, weight)
+    compiled = torch.compile(lambda a, q, s: _qlinear("int4", a, (q, s), 100, 64), dynamic=False, fullgraph=True)
+    out, (code, *_) = run_and_get_code(compiled, x, *packed)
+    result["extern_call"] = "torch.ops.sglang_rvv_native.packed_int4_linear" in code
+    eager = _qlinear("int4", x, packed, 100, 64)
+    result["compiled_bits_equal"] = torch.equal(out.view(torch.int16), eager.view(torch.int16))
+    return result
+
+
+def check_qpack(name: str, group_size: int, n: int, k: int) -> dict:
+    weight = _randn(n, k, seed=n + k)
+    qweight, scales = _qpack(name, group_size, weight)
+    want_q, want_s = layout.quantize_reference(weight, _quant(name), group_size)
+    return {"equal_reference": torch.equal(qweight, want_q) and torch.equal(scales.view(torch.int16),
+                                                                             want_s.view(torch.int16))}
+
+
+def check_qexact(name: str, group_size: int) -> dict:
+    """Bit for bit layout.quantized_linear_reference (the contract's arithmetic, in exact rationals)."""
+    n, k, m = QUANT_EXACT
+    weight, x = _inputs(n, k, m)
+    packed = _qpack(name, group_size, weight)
+    want = layout.quantized_linear_reference(x, *packed, _quant(name), n)
+    return {"bits_equal": torch.equal(_qlinear(name, x, packed, n, k).view(torch.int16), want.view(torch.int16))}
+
+
+def check_qlinear(name: str, group_size: int, n: int, k: int, m: int) -> dict:
+    weight, x = _inputs(n, k, m)
+    packed = _qpack(name, group_size, weight)
+    out = _qlinear(name, x, packed, n, k)
+    result = {"shape": list(out.shape), "dtype": str(out.dtype), "digest": digest(out)}
+    if MODE == "full":
+        dequantized = layout.dequantize_reference(*packed, _quant(name), n, k)
+        result["sqnr_db"] = round(sqnr_db(out, x.double() @ dequantized.T), 2)
+    return result
+
+
 def _bad_calls():
     weight, x = _inputs(64, 32, 2)
     packed = native().pack_bf16_weight(weight, LAYOUT_VERSION)
     n = native()
+    int8 = n.pack_int8_weight(weight, 32, 1)
     return {
         # through the policy's ops: layout.check_* answers first, with a LayoutError
         "ops float weight": lambda: ops.pack_bf16_weight(weight.float()),
@@ -319,6 +412,11 @@ def _bad_calls():
         "native out_features too small": lambda: n.packed_bf16_linear(x, packed, 32, LAYOUT_VERSION),
         "native unpacked weight": lambda: n.packed_bf16_linear(x, weight, 64, LAYOUT_VERSION),
         "native 3-D input": lambda: n.packed_bf16_linear(x.reshape(1, 2, 32), packed, 64, LAYOUT_VERSION),
+        "native int8 group 0": lambda: n.pack_int8_weight(weight, 0, 1),
+        "native int4 odd group": lambda: n.pack_int4_weight(weight, 31, 1),
+        "native int8 float input": lambda: n.packed_int8_linear(x.float(), *int8, 64, 32, 1),
+        "native int4 int8 qweight": lambda: n.packed_int4_linear(x, *int8, 64, 32, 1),
+        "native int4 layout version": lambda: n.packed_int4_linear(x, *n.pack_int4_weight(weight, 32, 1), 64, 32, 2),
     }
 
 
@@ -326,6 +424,8 @@ ERRORS = (
     "ops float weight", "ops layout version", "ops K mismatch", "native float weight", "native 1-D weight",
     "native pack layout version", "native float input", "native layout version", "native K mismatch",
     "native out_features too large", "native out_features too small", "native unpacked weight", "native 3-D input",
+    "native int8 group 0", "native int4 odd group", "native int8 float input", "native int4 int8 qweight",
+    "native int4 layout version",
 )
 
 

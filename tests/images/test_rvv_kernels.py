@@ -34,7 +34,7 @@ RUNS = {  # name: (check mode, QEMU_CPU)
 }
 RUN_TIMEOUT = 900
 PARALLEL_RUNS = 2  # this machine's cores; each run is mostly one busy qemu thread
-NUMERIC_PREFIXES = ("linear ", "bucket ", "threads", "rounding", "special values")
+NUMERIC_PREFIXES = ("linear ", "qlinear ", "bucket ", "threads", "rounding", "special values")
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,21 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         assert r["extern_call"] and r["compiled_bits_equal"], r
     elif case.startswith("pack "):
         assert r["equal_reference"] and r["round_trip"], r
+    elif case.startswith("qpack "):
+        assert r["equal_reference"], r
+    elif case.startswith("qexact "):
+        assert r["bits_equal"], r
+    elif case.startswith("qlinear "):
+        n, k, m = (int(part.split("=")[1]) for part in case.split()[3:])
+        assert r["shape"] == [m, n] and r["dtype"] == "torch.bfloat16", r
+        if full:  # against the dequantized weight: the kernel itself is exact up to FP32 accumulation
+            assert r["sqnr_db"] >= MIN_SQNR_DB, f"SQNR {r['sqnr_db']} dB against fp64 of the dequantized weight"
+    elif case == "layout refusal":
+        assert r == {"bf16": None, "int8": None, "int4": None}, r
+    elif case == "compile quantized":
+        assert r["int8_fake_shapes"] == [[4, 64, 32], "torch.int8", [4, 1, 32], [3, 100]], r
+        assert r["int4_fake_shapes"] == [[4, 32, 32], "torch.uint8", [4, 2, 32], [3, 100]], r
+        assert r["extern_call"] and r["compiled_bits_equal"], r
     elif case.startswith("linear "):
         n, _, m = (int(part.split("=")[1]) for part in case.split()[1:])
         assert r["shape"] == [m, n] and r["dtype"] == "torch.bfloat16", r

@@ -4,7 +4,11 @@
 ``libsglang_rvv_kernels.so``, with ``kernels.json`` beside it (compiler, flags, source digest,
 torch version, layout version). Loading the library registers ``torch.ops.sglang_rvv_native``;
 the fake kernels registered here give its ops shapes, so under ``torch.compile`` Inductor keeps
-the linear op as an extern call into the RVV kernels (``decompose`` is the opaque op itself).
+the linear ops as extern calls into the RVV kernels (``decompose`` and ``decompose_quantized``
+are the opaque ops themselves). Besides bf16 the library implements the int8 and int4 layouts
+(``pack_quantized`` / ``linear_quantized``, physical form ``(qweight, scales)`` as in
+:mod:`sglang_rvv.layout`); a library built before them lacks their ops, and
+:func:`layout_refusal` says so.
 
 The library is looked for at ``$SGLANG_RVV_KERNELS_LIB``, else at ``lib/libsglang_rvv_kernels.so``
 in this package. It is used only on a riscv64 CPU that reports V, when ``kernels.json`` names the
@@ -52,6 +56,40 @@ def linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features: int) 
 
 # Inductor keeps the native op as an extern kernel call; its fake kernel gives the shapes.
 decompose = linear
+
+
+def layout_refusal(name: str) -> str | None:
+    """None if the loaded library implements layout ``name``, else why not, in one line."""
+    if name == "bf16":
+        return None
+    if name not in layout.QUANTIZED:
+        return f"unknown layout {name!r}; the rvv kernels implement {', '.join(layout.WEIGHT_DTYPES)}"
+    ok, why = status()
+    if not ok:
+        return why
+    if not _has_ops(name):
+        return (f"the kernel library {library_path()} has no sglang_rvv_native::packed_{name}_linear (built "
+                f"before the {name} layout); rebuild it with images/scripts/build-kernels.sh")
+    return None
+
+
+def _has_ops(name: str) -> bool:
+    return all(hasattr(torch.ops.sglang_rvv_native, op) for op in (f"pack_{name}_weight", f"packed_{name}_linear"))
+
+
+def pack_quantized(weight: torch.Tensor, quant: layout.QuantLayout, group: int) -> tuple[torch.Tensor, ...]:
+    """(qweight, scales) in the blocked layout; ``group`` is the effective G (K for per channel)."""
+    return getattr(torch.ops.sglang_rvv_native, f"pack_{quant.name}_weight")(weight, group, quant.version)
+
+
+def linear_quantized(input: torch.Tensor, packed: tuple[torch.Tensor, ...], quant: layout.QuantLayout,
+                     out_features: int, in_features: int) -> torch.Tensor:
+    qweight, scales = packed
+    return getattr(torch.ops.sglang_rvv_native, f"packed_{quant.name}_linear")(
+        input, qweight, scales, out_features, in_features, quant.version)
+
+
+decompose_quantized = linear_quantized
 
 
 def isa_has_v(isa: str) -> bool:
@@ -120,3 +158,20 @@ def _register_fakes() -> None:
 
     torch.library.register_fake("sglang_rvv_native::pack_bf16_weight", pack_fake)
     torch.library.register_fake("sglang_rvv_native::packed_bf16_linear", linear_fake)
+    for quant in layout.QUANTIZED.values():
+        if _has_ops(quant.name):  # not layout_refusal: this runs inside the status() probe
+            _register_quantized_fakes(quant)
+
+
+def _register_quantized_fakes(quant: layout.QuantLayout) -> None:
+    # Shapes only: the native ops check their arguments when they run.
+    def pack_fake(weight, group, layout_version):
+        qshape, sshape = layout.quantized_shapes(quant, *weight.shape, group)
+        qdtype = torch.int8 if quant.bits == 8 else torch.uint8
+        return weight.new_empty(qshape, dtype=qdtype), weight.new_empty(sshape)
+
+    def linear_fake(input, qweight, scales, out_features, in_features, layout_version):
+        return input.new_empty((input.shape[0], out_features))
+
+    torch.library.register_fake(f"sglang_rvv_native::pack_{quant.name}_weight", pack_fake)
+    torch.library.register_fake(f"sglang_rvv_native::packed_{quant.name}_linear", linear_fake)

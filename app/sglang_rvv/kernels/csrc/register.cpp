@@ -2,40 +2,82 @@
 //
 // Python validates every call first (sglang_rvv.layout.check_*); the checks here are the
 // second line, so a bad call from anywhere raises a RuntimeError instead of reading out of
-// bounds. The kernel is chosen once per process from AT_HWCAP: the RVV kernels where the
-// kernel grants V to user space, their scalar twins elsewhere, so loading this library never
-// executes a vector instruction on a CPU without V. Built with -march=rv64gc.
+// bounds. The kernels are chosen once per process: on riscv64 the RVV kernels where AT_HWCAP
+// says the Linux kernel grants V to user space, their scalar twins elsewhere, so loading this
+// library never executes a vector instruction on a CPU without V. Off riscv64 (the host build
+// of the twins for the fast tests) the RVV kernels are not compiled in and AT_HWCAP's bits mean
+// something else, so the twins are the only choice. Built without V.
+//
+// Per call the entry point allocates only the output: the kernels read the BF16 activations
+// as they are (no FP32 copy) and keep their scratch in a buffer of the calling thread that
+// grows to the largest call and is then reused.
 
 #include <sys/auxv.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
-#include "packed_linear.h"
+#include "kernels.h"
 
 namespace sglang_rvv {
 namespace {
 
-using LinearKernel = void (*)(const LinearArgs&, int64_t, int64_t, float*);
-
 struct Isa {
-  LinearKernel linear;
+  LinearKernel bf16;
+  QuantLinearKernel int8, int4;
   std::string name;
 };
 
 const Isa& isa() {
   static const Isa chosen = [] {
+#if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
-      return Isa{linear_bf16_32x_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
+      return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv,
+                 "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
-    return Isa{linear_bf16_32x_generic, "generic"};
+#endif
+    return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, "generic"};
   }();
   return chosen;
+}
+
+// The calling thread's scratch, at least `floats` long. at::parallel_for runs on a fixed pool,
+// so after the first calls of the largest batch this never allocates again.
+float* thread_scratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(floats)) buffer.resize(static_cast<size_t>(floats));
+  return buffer.data();
+}
+
+// Runs kernel(args, block_begin, block_end) over every block on torch's threads. With fewer than
+// two blocks per thread (a narrow layer: 6 blocks on 8 threads leaves 2 idle) the work items are
+// half blocks, 16 lanes each, and a thread that gets both halves of a block runs it whole; a
+// half that is all padding (past n) is skipped. Lanes are independent fma chains: same bits.
+template <class Args, class Kernel>
+void for_blocks(const Args& args, int64_t blocks, const Kernel& kernel) {
+  constexpr int64_t kHalf = kBlockN / 2;
+  if (blocks >= 2 * at::get_num_threads()) {
+    at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) { kernel(args, begin, end); });
+    return;
+  }
+  at::parallel_for(0, 2 * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end;) {
+      const int64_t block = item / 2;
+      Args part = args;
+      const bool whole = item % 2 == 0 && item + 1 < end;
+      part.lane_begin = whole ? 0 : (item % 2) * kHalf;
+      part.lane_end = whole ? kBlockN : part.lane_begin + kHalf;
+      if (block * kBlockN + part.lane_begin < args.n) kernel(part, block, block + 1);
+      item += whole ? 2 : 1;
+    }
+  });
 }
 
 const uint16_t* bf16_bits(const at::Tensor& t) {
@@ -44,17 +86,34 @@ const uint16_t* bf16_bits(const at::Tensor& t) {
 
 uint16_t* bf16_bits_mut(at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>()); }
 
-void check_layout_version(int64_t layout_version, const char* op) {
-  TORCH_CHECK(layout_version == kLayoutVersion, "sglang_rvv_native::", op, ": packed layout version ",
-              layout_version, " is not supported: this kernel library implements version ", kLayoutVersion);
+void check_layout_version(int64_t layout_version, int64_t supported, const char* op) {
+  TORCH_CHECK(layout_version == supported, "sglang_rvv_native::", op, ": packed layout version ", layout_version,
+              " is not supported: this kernel library implements version ", supported);
+}
+
+void check_bf16_weight(const at::Tensor& weight, const char* op) {
+  TORCH_CHECK(weight.dim() == 2, "sglang_rvv_native::", op, " expects a 2-D [N, K] weight, got shape ",
+              weight.sizes());
+  TORCH_CHECK(weight.scalar_type() == at::kBFloat16, "sglang_rvv_native::", op, " expects a bfloat16 weight, got ",
+              weight.scalar_type());
+}
+
+void check_input(const at::Tensor& input, int64_t k, const char* op) {
+  TORCH_CHECK(input.scalar_type() == at::kBFloat16, "sglang_rvv_native::", op, " expects a bfloat16 input, got ",
+              input.scalar_type());
+  TORCH_CHECK(input.dim() == 2, "sglang_rvv_native::", op, " expects a 2-D [M, K] input, got shape ", input.sizes());
+  TORCH_CHECK(input.size(1) == k, "sglang_rvv_native::", op, ": input has K=", input.size(1),
+              " features but the packed weight was packed with K=", k);
+}
+
+void check_out_features(int64_t n, int64_t blocks, const char* op) {
+  TORCH_CHECK((blocks - 1) * kBlockN < n && n <= blocks * kBlockN, "sglang_rvv_native::", op, ": out_features=", n,
+              " does not fit a packed weight of ", blocks, " blocks of ", kBlockN);
 }
 
 at::Tensor pack_bf16_weight(const at::Tensor& weight, int64_t layout_version) {
-  check_layout_version(layout_version, "pack_bf16_weight");
-  TORCH_CHECK(weight.dim() == 2, "sglang_rvv_native::pack_bf16_weight expects a 2-D [N, K] weight, got shape ",
-              weight.sizes());
-  TORCH_CHECK(weight.scalar_type() == at::kBFloat16,
-              "sglang_rvv_native::pack_bf16_weight expects a bfloat16 weight, got ", weight.scalar_type());
+  check_layout_version(layout_version, kLayoutVersion, "pack_bf16_weight");
+  check_bf16_weight(weight, "pack_bf16_weight");
   const at::Tensor w = weight.contiguous();
   const int64_t n = w.size(0), k = w.size(1), blocks = (n + kBlockN - 1) / kBlockN;
   at::Tensor packed = at::empty({blocks, k, kBlockN}, w.options());
@@ -64,34 +123,121 @@ at::Tensor pack_bf16_weight(const at::Tensor& weight, int64_t layout_version) {
   return packed;
 }
 
-at::Tensor packed_bf16_linear(const at::Tensor& input, const at::Tensor& packed_weight,
-                              int64_t n, int64_t layout_version) {
-  check_layout_version(layout_version, "packed_bf16_linear");
+at::Tensor packed_bf16_linear(const at::Tensor& input, const at::Tensor& packed_weight, int64_t n,
+                              int64_t layout_version) {
+  check_layout_version(layout_version, kLayoutVersion, "packed_bf16_linear");
   TORCH_CHECK(packed_weight.dim() == 3 && packed_weight.size(2) == kBlockN,
               "sglang_rvv_native::packed_bf16_linear expects a packed weight of shape [ceil(N/", kBlockN, "), K, ",
               kBlockN, "], got ", packed_weight.sizes());
   TORCH_CHECK(input.scalar_type() == at::kBFloat16 && packed_weight.scalar_type() == at::kBFloat16,
               "sglang_rvv_native::packed_bf16_linear expects bfloat16 input and weight, got input ",
               input.scalar_type(), " and weight ", packed_weight.scalar_type());
-  TORCH_CHECK(input.dim() == 2, "sglang_rvv_native::packed_bf16_linear expects a 2-D [M, K] input, got shape ",
-              input.sizes());
-  const int64_t m = input.size(0), k = packed_weight.size(1), blocks = packed_weight.size(0);
-  TORCH_CHECK(input.size(1) == k, "sglang_rvv_native::packed_bf16_linear: input has K=", input.size(1),
-              " features but the packed weight was packed with K=", k);
-  TORCH_CHECK((blocks - 1) * kBlockN < n && n <= blocks * kBlockN, "sglang_rvv_native::packed_bf16_linear: out_features=",
-              n, " does not fit a packed weight of ", blocks, " blocks of ", kBlockN);
+  const int64_t k = packed_weight.size(1), blocks = packed_weight.size(0);
+  check_input(input, k, "packed_bf16_linear");
+  check_out_features(n, blocks, "packed_bf16_linear");
+  const int64_t m = input.size(0);
+  if (m == 0 || k == 0) return at::zeros({m, n}, input.options());  // an empty sum is +0
 
   at::Tensor out = at::empty({m, n}, input.options());
-  if (m == 0) return out;
-  const at::Tensor x = input.to(at::kFloat).contiguous();
+  const at::Tensor x = input.contiguous();
   const at::Tensor w = packed_weight.contiguous();
-  const LinearArgs args{x.const_data_ptr<float>(), bf16_bits(w), bf16_bits_mut(out), m, k, n};
-  const LinearKernel kernel = isa().linear;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(static_cast<size_t>(linear_scratch_floats(m)));
-    kernel(args, begin, end, scratch.data());
+  const LinearArgs args{bf16_bits(x), bf16_bits(w), bf16_bits_mut(out), m, k, n};
+  const LinearKernel kernel = isa().bf16;
+  for_blocks(args, blocks, [&](const LinearArgs& part, int64_t begin, int64_t end) {
+    kernel(part, begin, end, thread_scratch(linear_scratch_floats(m)));
   });
   return out;
+}
+
+// What tells the int8 and int4 layouts apart at the entry point.
+struct QuantSpec {
+  const char* pack_op;
+  const char* linear_op;
+  int64_t version;
+  at::ScalarType qdtype;
+  const char* qdtype_name;
+  int64_t k_per_row;  // K steps per qweight row: 1 (int8), 2 (int4: a nibble pair)
+  QuantLinearKernel Isa::*kernel;
+};
+
+constexpr QuantSpec kInt8{"pack_int8_weight", "packed_int8_linear", kInt8LayoutVersion,
+                          at::kChar,          "int8",             1,                  &Isa::int8};
+constexpr QuantSpec kInt4{"pack_int4_weight", "packed_int4_linear", kInt4LayoutVersion,
+                          at::kByte,          "uint8",            2,                  &Isa::int4};
+
+std::tuple<at::Tensor, at::Tensor> pack_quantized(const QuantSpec& spec, const at::Tensor& weight, int64_t group,
+                                                  int64_t layout_version) {
+  check_layout_version(layout_version, spec.version, spec.pack_op);
+  check_bf16_weight(weight, spec.pack_op);
+  const at::Tensor w = weight.contiguous();
+  const int64_t n = w.size(0), k = w.size(1);
+  TORCH_CHECK(0 < group && group <= k, "sglang_rvv_native::", spec.pack_op, ": group size ", group,
+              " must be in 1..K=", k, " (the effective group: K for one scale per output channel)");
+  TORCH_CHECK(group % spec.k_per_row == 0, "sglang_rvv_native::", spec.pack_op, ": group size ", group,
+              " must be a multiple of ", spec.k_per_row, " (two K steps share a byte)");
+  const uint16_t* src = bf16_bits(w);
+  for (int64_t i = 0; i < n * k; ++i) {
+    TORCH_CHECK((src[i] & 0x7F80) != 0x7F80, "sglang_rvv_native::", spec.pack_op,
+                ": the weight has non-finite values; it cannot be quantized");
+  }
+  const int64_t blocks = (n + kBlockN - 1) / kBlockN, groups = (k + group - 1) / group;
+  at::Tensor qweight = at::empty({blocks, groups * group / spec.k_per_row, kBlockN}, w.options().dtype(spec.qdtype));
+  at::Tensor scales = at::empty({blocks, groups, kBlockN}, w.options());
+  uint16_t* s = bf16_bits_mut(scales);
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    if (spec.k_per_row == 1) {
+      quantize_int8_32x(src, qweight.mutable_data_ptr<int8_t>(), s, n, k, group, begin, end);
+    } else {
+      quantize_int4_32x(src, qweight.mutable_data_ptr<uint8_t>(), s, n, k, group, begin, end);
+    }
+  });
+  return {qweight, scales};
+}
+
+at::Tensor quantized_linear(const QuantSpec& spec, const at::Tensor& input, const at::Tensor& qweight,
+                            const at::Tensor& scales, int64_t n, int64_t k, int64_t layout_version) {
+  const char* op = spec.linear_op;
+  check_layout_version(layout_version, spec.version, op);
+  TORCH_CHECK(qweight.dim() == 3 && qweight.size(2) == kBlockN && qweight.scalar_type() == spec.qdtype,
+              "sglang_rvv_native::", op, " expects a ", spec.qdtype_name, " qweight of shape [ceil(N/", kBlockN, "), ",
+              spec.k_per_row == 1 ? "Kp" : "Kp/2", ", ", kBlockN, "], got ", qweight.scalar_type(), " ",
+              qweight.sizes(), "; pack it with ", spec.pack_op);
+  const int64_t blocks = qweight.size(0), kp = qweight.size(1) * spec.k_per_row;
+  TORCH_CHECK(scales.dim() == 3 && scales.scalar_type() == at::kBFloat16 && scales.size(0) == blocks &&
+                  scales.size(2) == kBlockN && scales.size(1) > 0 && kp % scales.size(1) == 0,
+              "sglang_rvv_native::", op, " expects bfloat16 scales of shape [", blocks, ", Kp/G, ", kBlockN,
+              "] for a qweight of ", qweight.sizes(), ", got ", scales.scalar_type(), " ", scales.sizes());
+  const int64_t group = kp / scales.size(1);
+  TORCH_CHECK(k > 0 && (k + group - 1) / group * group == kp, "sglang_rvv_native::", op, ": in_features=", k,
+              " does not fit a qweight packed with Kp=", kp, " in groups of ", group);
+  check_input(input, k, op);
+  check_out_features(n, blocks, op);
+  const int64_t m = input.size(0);
+  at::Tensor out = at::empty({m, n}, input.options());
+  if (m == 0) return out;
+  const at::Tensor x = input.contiguous(), q = qweight.contiguous(), s = scales.contiguous();
+  const QuantLinearArgs args{bf16_bits(x), static_cast<const uint8_t*>(q.const_data_ptr()), bf16_bits(s),
+                             bf16_bits_mut(out), m, k, n, group};  // all 32 lanes
+  const QuantLinearKernel kernel = isa().*spec.kernel;
+  for_blocks(args, blocks, [&](const QuantLinearArgs& part, int64_t begin, int64_t end) {
+    kernel(part, begin, end, thread_scratch(quant_scratch_floats(m)));
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> pack_int8_weight(const at::Tensor& weight, int64_t group, int64_t version) {
+  return pack_quantized(kInt8, weight, group, version);
+}
+std::tuple<at::Tensor, at::Tensor> pack_int4_weight(const at::Tensor& weight, int64_t group, int64_t version) {
+  return pack_quantized(kInt4, weight, group, version);
+}
+at::Tensor packed_int8_linear(const at::Tensor& input, const at::Tensor& qweight, const at::Tensor& scales, int64_t n,
+                              int64_t k, int64_t version) {
+  return quantized_linear(kInt8, input, qweight, scales, n, k, version);
+}
+at::Tensor packed_int4_linear(const at::Tensor& input, const at::Tensor& qweight, const at::Tensor& scales, int64_t n,
+                              int64_t k, int64_t version) {
+  return quantized_linear(kInt4, input, qweight, scales, n, k, version);
 }
 
 }  // namespace
@@ -100,6 +246,12 @@ at::Tensor packed_bf16_linear(const at::Tensor& input, const at::Tensor& packed_
 TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("pack_bf16_weight(Tensor weight, int layout_version) -> Tensor");
   m.def("packed_bf16_linear(Tensor input, Tensor packed_weight, int out_features, int layout_version) -> Tensor");
+  m.def("pack_int8_weight(Tensor weight, int group, int layout_version) -> (Tensor, Tensor)");
+  m.def("packed_int8_linear(Tensor input, Tensor qweight, Tensor scales, int out_features, int in_features, "
+        "int layout_version) -> Tensor");
+  m.def("pack_int4_weight(Tensor weight, int group, int layout_version) -> (Tensor, Tensor)");
+  m.def("packed_int4_linear(Tensor input, Tensor qweight, Tensor scales, int out_features, int in_features, "
+        "int layout_version) -> Tensor");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -107,4 +259,8 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
 TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("pack_bf16_weight", &sglang_rvv::pack_bf16_weight);
   m.impl("packed_bf16_linear", &sglang_rvv::packed_bf16_linear);
+  m.impl("pack_int8_weight", &sglang_rvv::pack_int8_weight);
+  m.impl("packed_int8_linear", &sglang_rvv::packed_int8_linear);
+  m.impl("pack_int4_weight", &sglang_rvv::pack_int4_weight);
+  m.impl("packed_int4_linear", &sglang_rvv::packed_int4_linear);
 }

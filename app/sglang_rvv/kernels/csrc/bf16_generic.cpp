@@ -1,11 +1,9 @@
-// Scalar C++ for the packed BF16 layout: the packing itself, and the twin of every ISA kernel
-// (what runs where the CPU has no V, and the oracle the RVV kernels are tested against).
-// Built with -march=rv64gc.
+// Scalar C++ for the packed BF16 layout: the packing itself, and the twin of bf16_rvv.cpp's
+// kernel (what runs where the CPU has no V, and the oracle the RVV kernel is tested against).
+// Built without V.
 
-#include <cmath>
-
-#include "bf16.h"
-#include "packed_linear.h"
+#include "kernels.h"
+#include "vec.h"
 
 namespace sglang_rvv {
 
@@ -27,17 +25,18 @@ void pack_bf16_32x(const uint16_t* weight, uint16_t* packed, int64_t n, int64_t 
 void linear_bf16_32x_generic(const LinearArgs& a, int64_t block_begin, int64_t block_end, float* /*scratch*/) {
   for (int64_t b = block_begin; b < block_end; ++b) {
     const uint16_t* w = a.packed + b * a.k * kBlockN;
-    const int64_t cols = a.n - b * kBlockN < kBlockN ? a.n - b * kBlockN : kBlockN;
+    const int64_t lanes_end = min64(a.lane_end, a.n - b * kBlockN);
     for (int64_t r = 0; r < a.m; ++r) {
-      const float* x = a.x + r * a.k;
+      const uint16_t* x = a.x + r * a.k;
       float acc[kBlockN] = {};
       for (int64_t k = 0; k < a.k; ++k) {
-        for (int64_t j = 0; j < kBlockN; ++j) {
-          acc[j] = std::fma(x[k], bf16_to_f32(w[k * kBlockN + j]), acc[j]);
+        const float xk = bf16_to_f32(x[k]);
+        for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
+          acc[j] = __builtin_fmaf(xk, bf16_to_f32(w[k * kBlockN + j]), acc[j]);
         }
       }
       uint16_t* out = a.out + r * a.n + b * kBlockN;
-      for (int64_t j = 0; j < cols; ++j) out[j] = f32_to_bf16_rne(acc[j]);
+      for (int64_t j = a.lane_begin; j < lanes_end; ++j) out[j] = f32_to_bf16_rne(acc[j]);
     }
   }
 }

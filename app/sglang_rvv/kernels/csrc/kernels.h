@@ -1,0 +1,99 @@
+// The packed Linear kernels of libsglang_rvv_kernels.so: the layout constants, the arguments
+// and every kernel's entry.
+//
+// app/sglang_rvv/layout.py defines the layouts; the constants below mirror it. Every layout
+// keeps the block family: a row-major [N, K] weight becomes ceil(N/32) blocks of 32 output
+// channels, each block a walk along K of rows holding 32 contiguous lanes, zero past N.
+// - bf16 (version 1): [B, K, 32] BF16 bits.
+// - int8 (version 1): qweight int8 [B, Kp, 32], scales BF16 [B, Kp/G, 32].
+// - int4 (version 1): qweight uint8 [B, Kp/2, 32], byte (b, i, j) = (q[2i] + 8) | (q[2i+1] + 8) << 4;
+//   scales as for int8. G is the group size along K (even for int4), Kp = ceil(K/G)*G; columns
+//   k >= K hold q = 0, rows n >= N hold q = 0 and scale 0.
+//
+// Every ISA kernel has a _generic scalar twin with the same signature and the same result bit
+// for bit, so tiling, VLEN and thread count never change a result, and the twin is the oracle
+// the RVV kernel is tested against. The arithmetic order of each output:
+// - bf16: one FP32 fused multiply-add chain over k = 0..K-1 from +0.0f;
+// - int8/int4: for each group g in order, s = the FP32 fma chain of x[k] * q[k] from +0.0f over
+//   the group's real columns (k < K) in order, then acc = fma(s, scale[g], acc) from acc = +0.0f;
+// then one rounding to BF16 (nearest even, every NaN 0x7FC0).
+#pragma once
+
+#include <stdint.h>
+
+namespace sglang_rvv {
+
+constexpr int64_t kBlockN = 32;            // layout.BLOCK_N
+constexpr int64_t kLayoutVersion = 1;      // layout.LAYOUT_VERSION (bf16)
+constexpr int64_t kInt8LayoutVersion = 1;  // layout.INT8.version
+constexpr int64_t kInt4LayoutVersion = 1;  // layout.INT4.version
+constexpr int kInt8Qmax = 127, kInt8Qmin = -128;  // layout.INT8.qmax / qmin
+constexpr int kInt4Qmax = 7, kInt4Qmin = -8;      // layout.INT4.qmax / qmin
+constexpr int kInt4Offset = 8;                    // a stored nibble is q + 8
+
+// Blocks whose accumulators the RVV kernels keep in their scratch while they walk a K panel
+// once for all of them (m > kSmallRows), and the panel's length in K steps.
+constexpr int64_t kGroupBlocks = 8;
+constexpr int64_t kPanelK = 256;  // even: an int4 panel starts on a byte row
+constexpr int64_t kSmallRows = 16;
+
+// How far ahead of the K step it is reading the RVV kernels prefetch the weight stream
+// (prefetch.r, Zicbop). One constant, so a result never depends on the environment; the right
+// distance for the K1's LPDDR4X is for a measurement on the board.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// A call computes lanes [lane_begin, lane_end) of each of its blocks: all 32, or half a block
+// when a layer has too few blocks to keep every thread busy (each lane is its own fma chain,
+// so a split never changes a bit).
+struct LinearArgs {
+  const uint16_t* x;       // [m, k] input rows, BF16 bits (the kernels widen them, exactly)
+  const uint16_t* packed;  // [ceil(n/32), k, 32] BF16 bits
+  uint16_t* out;           // [m, n] BF16 bits
+  int64_t m, k, n;
+  int64_t lane_begin = 0, lane_end = kBlockN;
+};
+
+struct QuantLinearArgs {
+  const uint16_t* x;       // [m, k] input rows, BF16 bits
+  const uint8_t* qweight;  // int8: [B, kp, 32] int8; int4: [B, kp/2, 32] nibble pairs
+  const uint16_t* scales;  // [B, kp/group, 32] BF16 bits
+  uint16_t* out;           // [m, n] BF16 bits
+  int64_t m, k, n, group;  // kp = ceil(k/group)*group
+  int64_t lane_begin = 0, lane_end = kBlockN;
+};
+
+// Floats of scratch one call of a linear kernel needs for m rows: the FP32 widening of the
+// rows' current K panel, and the accumulators of kGroupBlocks blocks (quantized: and their
+// group sums). The twins need none.
+static inline int64_t linear_scratch_floats(int64_t m) { return m * kPanelK + kGroupBlocks * m * kBlockN; }
+static inline int64_t quant_scratch_floats(int64_t m) { return m * kPanelK + 2 * kGroupBlocks * m * kBlockN; }
+
+// out[:, 32*b + lane_begin : min(32*b + lane_end, n)] for every block b in [block_begin,
+// block_end). Calls on disjoint blocks or lanes write disjoint columns, so they run in parallel.
+using LinearKernel = void (*)(const LinearArgs&, int64_t block_begin, int64_t block_end, float* scratch);
+using QuantLinearKernel = void (*)(const QuantLinearArgs&, int64_t block_begin, int64_t block_end, float* scratch);
+
+void linear_bf16_32x_generic(const LinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+void linear_int8_32x_generic(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+void linear_int4_32x_generic(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+#if defined(__riscv)
+void linear_bf16_32x_rvv(const LinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+void linear_int8_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+void linear_int4_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+
+// VLEN in bits; executes a vector instruction, so only where V is enabled.
+int64_t rvv_vlen_bits();
+#endif
+
+// packed[b] = weight[32*b : 32*b+32, :] transposed, zero past row n, for b in [block_begin, block_end).
+void pack_bf16_32x(const uint16_t* weight, uint16_t* packed, int64_t n, int64_t k, int64_t block_begin,
+                   int64_t block_end);
+
+// layout.quantize_reference for blocks [block_begin, block_end) of a finite BF16 [n, k] weight:
+// qweight (int8 values, or int4 nibble pairs) and scales in the blocked layout, padding included.
+void quantize_int8_32x(const uint16_t* weight, int8_t* qweight, uint16_t* scales, int64_t n, int64_t k,
+                       int64_t group, int64_t block_begin, int64_t block_end);
+void quantize_int4_32x(const uint16_t* weight, uint8_t* qweight, uint16_t* scales, int64_t n, int64_t k,
+                       int64_t group, int64_t block_begin, int64_t block_end);
+
+}  // namespace sglang_rvv

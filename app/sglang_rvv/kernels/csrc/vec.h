@@ -1,0 +1,160 @@
+// The helpers every kernel shares: BF16 <-> FP32, the quantized values' widening, and (with V)
+// their vector forms, the prefetch hint and the widening of an activation panel.
+//
+// BF16 <-> FP32 by integer operations. The SpacemiT K1 has no Zfbfmin, Zvfbfmin or Zvfbfwma,
+// so a BF16 value widens by a zero-extend and a shift left by 16 (exact), and an FP32 result
+// narrows by round-to-nearest-even on its bits. Every NaN becomes 0x7FC0, as in torch's
+// c10::BFloat16, so these kernels and torch's own conversion agree bit for bit.
+//
+// Every function here is static: the header is compiled once with V and once without, and an
+// inline function with external linkage would be merged by the linker, so scalar code could end
+// up calling the copy compiled with vector instructions. Only compiler headers are included
+// (no libc), so the kernels also build freestanding.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+#if defined(__riscv_vector)
+#include <riscv_vector.h>
+#endif
+
+namespace sglang_rvv {
+
+constexpr uint16_t kBf16NaN = 0x7FC0;
+
+static inline float bf16_to_f32(uint16_t bits) {
+  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float value;
+  __builtin_memcpy(&value, &widened, sizeof value);
+  return value;
+}
+
+static inline uint16_t f32_to_bf16_rne(float value) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return kBf16NaN;
+  // Adding 0x7FFF plus the lowest kept bit carries into the kept half exactly when the
+  // dropped half is above one half, or equal to it with an odd kept half.
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// q of column k from the int4 nibble pair holding it (byte row k / 2: even k low, odd k high).
+static inline int int4_value(uint8_t pair, int64_t k) { return ((k & 1) ? pair >> 4 : pair & 0xF) - kInt4Offset; }
+
+// layout.quantize_reference, for blocks [block_begin, block_end) of a finite BF16 [n, k] weight:
+// per row and group of `group` columns, scale = bf16(amax / qmax) (FP32 division), s = its
+// value, q = 0 if s == 0 else clamp(rne(w / s), qmin, qmax) (FP32 division, ties to even).
+// store_q(b, kk, j, q) takes every q of the blocked layout, padding (q = 0) included; scales
+// is [ceil(n/32), ceil(k/group), 32], rows past n get scale 0. Scalar: it runs once, at load.
+template <class StoreQ>
+void quantize_blocks(const uint16_t* weight, uint16_t* scales, int64_t n, int64_t k, int64_t group, int qmin,
+                     int qmax, int64_t block_begin, int64_t block_end, StoreQ store_q) {
+  const int64_t groups = (k + group - 1) / group;
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    for (int64_t j = 0; j < kBlockN; ++j) {
+      const int64_t row = b * kBlockN + j;
+      const uint16_t* w = weight + (row < n ? row : 0) * k;  // rows past n are never read
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t begin = g * group, end = min64(begin + group, k);
+        float amax = 0.0f;
+        for (int64_t kk = begin; row < n && kk < end; ++kk) {
+          const float v = __builtin_fabsf(bf16_to_f32(w[kk]));
+          amax = v > amax ? v : amax;
+        }
+        const uint16_t scale = f32_to_bf16_rne(amax / static_cast<float>(qmax));
+        scales[(b * groups + g) * kBlockN + j] = scale;
+        const float s = bf16_to_f32(scale);
+        for (int64_t kk = begin; kk < begin + group; ++kk) {
+          int q = 0;
+          if (s != 0.0f && row < n && kk < k) {
+            const float r = __builtin_rintf(bf16_to_f32(w[kk]) / s);
+            q = r < static_cast<float>(qmin) ? qmin : r > static_cast<float>(qmax) ? qmax : static_cast<int>(r);
+          }
+          store_q(b, kk, j, q);
+        }
+      }
+    }
+  }
+}
+
+#if defined(__riscv_vector)
+
+// vl BF16 values at p as FP32 (e32m4; the source is e16m2): vzext.vf2, then vsll.vi 16.
+static inline vfloat32m4_t bf16_to_f32_m4(const uint16_t* p, size_t vl) {
+  const vuint32m4_t widened = __riscv_vzext_vf2_u32m4(__riscv_vle16_v_u16m2(p, vl), vl);
+  return __riscv_vreinterpret_v_u32m4_f32m4(__riscv_vsll_vx_u32m4(widened, 16, vl));
+}
+
+// The same rounding as f32_to_bf16_rne, vl lanes at a time: add 0x7FFF + lsb, narrowing shift
+// right by 16, NaN lanes replaced by 0x7FC0.
+static inline vuint16m2_t f32_to_bf16_rne_m4(vfloat32m4_t value, size_t vl) {
+  const vuint32m4_t bits = __riscv_vreinterpret_v_f32m4_u32m4(value);
+  const vuint32m4_t lsb = __riscv_vand_vx_u32m4(__riscv_vsrl_vx_u32m4(bits, 16, vl), 1, vl);
+  const vuint32m4_t rounded = __riscv_vadd_vv_u32m4(bits, __riscv_vadd_vx_u32m4(lsb, 0x7FFF, vl), vl);
+  const vuint16m2_t narrowed = __riscv_vnsrl_wx_u16m2(rounded, 16, vl);
+  const vbool8_t nan = __riscv_vmfne_vv_f32m4_b8(value, value, vl);
+  return __riscv_vmerge_vxm_u16m2(narrowed, kBf16NaN, nan, vl);
+}
+
+// vl int8 values (e8m1) as FP32 (e32m4): vsext.vf4, vfcvt (exact: |q| <= 128).
+static inline vfloat32m4_t i8_to_f32_m4(vint8m1_t q, size_t vl) {
+  return __riscv_vfcvt_f_x_v_f32m4(__riscv_vsext_vf4_i32m4(q, vl), vl);
+}
+
+// The two K steps of vl int4 nibble pairs (e8m1) as int8: low nibble - 8 (the even column),
+// high nibble - 8 (the odd one).
+static inline vint8m1_t int4_low(vuint8m1_t pairs, size_t vl) {
+  return __riscv_vsub_vx_i8m1(__riscv_vreinterpret_v_u8m1_i8m1(__riscv_vand_vx_u8m1(pairs, 0xF, vl)), kInt4Offset, vl);
+}
+static inline vint8m1_t int4_high(vuint8m1_t pairs, size_t vl) {
+  return __riscv_vsub_vx_i8m1(__riscv_vreinterpret_v_u8m1_i8m1(__riscv_vsrl_vx_u8m1(pairs, 4, vl)), kInt4Offset, vl);
+}
+
+// c_r += x[r * ldx + i] * w for the R rows of a tile (one vfmacc each): one K step, the weight
+// vector loaded and widened once for all R rows. Only the *_rvv.cpp files instantiate it.
+template <int R>
+static inline void fma_rows(vfloat32m4_t& c0, vfloat32m4_t& c1, vfloat32m4_t& c2, vfloat32m4_t& c3, const float* x,
+                            int64_t ldx, int64_t i, vfloat32m4_t w, size_t vl) {
+  static_assert(R >= 1 && R <= 4, "a tile has 1..4 rows");
+  c0 = __riscv_vfmacc_vf_f32m4(c0, x[i], w, vl);
+  if constexpr (R > 1) c1 = __riscv_vfmacc_vf_f32m4(c1, x[ldx + i], w, vl);
+  if constexpr (R > 2) c2 = __riscv_vfmacc_vf_f32m4(c2, x[2 * ldx + i], w, vl);
+  if constexpr (R > 3) c3 = __riscv_vfmacc_vf_f32m4(c3, x[3 * ldx + i], w, vl);
+}
+
+// prefetch.r 0(p) (Zicbop): ORI with rd = x0 and imm = 1 is that hint's encoding, written as an
+// ORI so any assembler takes it; a core without Zicbop (and qemu) executes it as a no-op.
+static inline void prefetch_r(const void* p) { __asm__ volatile("ori x0, %0, 1" : : "r"(p)); }
+
+// dst[r * kn + i] = x[r * ldx + i] as FP32 for m rows and i < kn: the rows' K panel, widened once
+// for every block and row tile that reads it (the kernels take BF16 activations).
+static inline void widen_bf16_panel(const uint16_t* x, int64_t ldx, int64_t m, int64_t kn, float* dst) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t i = 0; i < kn;) {
+      const size_t vl = __riscv_vsetvl_e32m4(static_cast<size_t>(kn - i));
+      __riscv_vse32_v_f32m4(dst + r * kn + i, bf16_to_f32_m4(x + r * ldx + i, vl), vl);
+      i += static_cast<int64_t>(vl);
+    }
+  }
+}
+
+// Rounds m rows of accumulators (rows kBlockN apart) to BF16 and writes their first `cols` columns.
+static inline void store_bf16_rows(const float* acc, int64_t m, uint16_t* out, int64_t ldo, int64_t cols) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j0 = 0; j0 < cols;) {
+      const size_t vl = __riscv_vsetvl_e32m4(static_cast<size_t>(cols - j0));
+      const vfloat32m4_t v = __riscv_vle32_v_f32m4(acc + r * kBlockN + j0, vl);
+      __riscv_vse16_v_u16m2(out + r * ldo + j0, f32_to_bf16_rne_m4(v, vl), vl);
+      j0 += static_cast<int64_t>(vl);
+    }
+  }
+}
+
+#endif  // __riscv_vector
+
+}  // namespace sglang_rvv

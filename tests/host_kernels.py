@@ -1,0 +1,78 @@
+"""The kernel library's scalar twins built for this host, for the fast tier's kernel tests.
+
+The image build (images/scripts/build-kernels.sh) cross-compiles every file of
+app/sglang_rvv/kernels/csrc for riscv64. Here the host's g++ compiles the same files without the
+``*_rvv.cpp`` ones (register.cpp compiles them out off riscv64) against the venv's torch, into
+.cache/kernels/host/libsglang_rvv_kernels.so, with the lock's flags. ``build.json`` beside it
+records the inputs (compiler, flags, source digest, torch); while they are unchanged the library
+is kept. It lives with the tests because nothing but the tests runs the twins on x86: the
+generic provider serves x86 with torch's own kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+import torch
+import torch.utils.cpp_extension
+
+REPO = Path(__file__).resolve().parents[1]
+CSRC = REPO / "app" / "sglang_rvv" / "kernels" / "csrc"
+OUT_DIR = REPO / ".cache" / "kernels" / "host"
+LIB_NAME = "libsglang_rvv_kernels.so"
+COMPILER = "g++"
+
+sys.path.insert(0, str(REPO / "images" / "scripts"))
+from lock import kernels_source_sha256  # noqa: E402 - images/scripts is not a package
+
+
+def _flags() -> list[str]:
+    """The image build's flags (images/lock.toml), so the twins compile as they do for the board."""
+    lock = tomllib.loads((REPO / "images" / "lock.toml").read_text())
+    return list(lock["arch"]["riscv64"]["kernels"]["flags"])
+
+
+def _inputs() -> dict:
+    version = subprocess.run([COMPILER, "--version"], capture_output=True, text=True, check=True).stdout
+    return {"compiler": COMPILER, "compiler_version": version.splitlines()[0], "flags": _flags(),
+            "source_sha256": kernels_source_sha256(CSRC), "torch_version": torch.__version__}
+
+
+def build(out_dir: Path = OUT_DIR) -> Path:
+    """The host library, built now unless build.json already records exactly these inputs."""
+    if shutil.which(COMPILER) is None:
+        raise RuntimeError(f"{COMPILER} not found: the host build of the kernel twins needs it (apt-get install g++)")
+    want = json.dumps(_inputs(), indent=1, sort_keys=True)
+    lib, manifest = out_dir / LIB_NAME, out_dir / "build.json"
+    if lib.is_file() and manifest.is_file() and manifest.read_text() == want:
+        return lib
+    out_dir.mkdir(parents=True, exist_ok=True)
+    includes = [f"-I{p}" for p in torch.utils.cpp_extension.include_paths()]
+    lib_dirs = torch.utils.cpp_extension.library_paths()
+    sources = sorted(p for p in CSRC.glob("*.cpp") if not p.name.endswith("_rvv.cpp"))
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+        objects = [Path(tmp) / f"{src.stem}.o" for src in sources]
+        jobs = [subprocess.Popen([COMPILER, *_flags(), *includes, "-c", str(src), "-o", str(obj)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for src, obj in zip(sources, objects, strict=True)]
+        outputs = [job.communicate()[0] for job in jobs]  # read to the end: a full pipe would block the compiler
+        failures = [f"{src.name}:\n{out}"
+                    for src, job, out in zip(sources, jobs, outputs, strict=True) if job.returncode]
+        if failures:
+            raise RuntimeError("compiling the kernel twins for the host failed:\n" + "\n".join(failures))
+        staged = Path(tmp) / LIB_NAME
+        link = subprocess.run([COMPILER, "-shared", "-Wl,-z,defs", "-o", str(staged), *map(str, objects),
+                               *(f"-L{d}" for d in lib_dirs), *(f"-Wl,-rpath,{d}" for d in lib_dirs),
+                               "-lc10", "-ltorch_cpu"], capture_output=True, text=True)
+        if link.returncode:
+            raise RuntimeError(f"linking the host kernel twins failed:\n{link.stdout}{link.stderr}")
+        manifest.unlink(missing_ok=True)
+        staged.replace(lib)
+        manifest.write_text(want)
+    return lib
