@@ -79,7 +79,7 @@ compile() {
 }
 
 main() {
-  [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0; }
+  [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
   (($# == 2)) || die "usage: ${PROG} SYSROOT OUTDIR (see --help)"
   SYSROOT=$(cd "$1" 2>/dev/null && pwd) || die "sysroot $1 is not a directory"
   local outdir="$2" compiler version want_version source want_source march march_rvv torch_version layout
