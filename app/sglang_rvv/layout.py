@@ -183,6 +183,11 @@ def effective_group_size(layout: QuantLayout, group_size: int, in_features: int)
     return group_size
 
 
+def api_group_size(layout: QuantLayout, group: int, in_features: int) -> int:
+    """The group size the API names an effective ``group``: 0 for G = K where the layout offers it."""
+    return 0 if group == in_features and 0 in layout.group_sizes else group
+
+
 def padded_in_features(in_features: int, group: int) -> int:
     return (in_features + group - 1) // group * group
 

@@ -18,11 +18,13 @@ from sglang_rvv.srt import flags
 from sglang_rvv.warmup import warm_up
 from support import assert_bf16_close, packed_keys
 
-TABLE_FIELDS = {"projection", "bucket", "out_features", "in_features", "packed_us", "row_major_us", "route", "source"}
+TABLE_FIELDS = {"projection", "bucket", "out_features", "in_features", "layout", "group", "packed_us", "row_major_us",
+                "route", "source"}
 
 
 def _id(entry):
-    return entry["projection"], entry["bucket"], entry["out_features"], entry["in_features"]
+    return (entry["projection"], entry["bucket"], entry["out_features"], entry["in_features"], entry["layout"],
+            entry["group"])
 
 
 def _ids(table):
@@ -297,7 +299,7 @@ def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_m
     first = warm_up(policy, table_dir=tmp_path)
     assert first.skipped_row_major == 0
     row_major_ids = {_id(e) for e in first.route_table if e["route"] == "row_major"}
-    assert row_major_ids and {bucket for _, bucket, _, _ in row_major_ids} == losing
+    assert row_major_ids and {bucket for _, bucket, *_ in row_major_ids} == losing
 
     # A fresh process: nothing compiled yet, the table in the cache directory.
     monkeypatch.setattr(policy.context, "compiled", routing.CompiledCallables())

@@ -84,9 +84,7 @@ def quantized_form(q_layout: QuantLayout, out_features: int, in_features: int,
 
 def pack_quantized(weight: torch.Tensor, q_layout: QuantLayout, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     n, k = weight.shape
-    # quantize_reference takes the API's group size: 0 is the per-channel G = K.
-    group_size = 0 if group == k and 0 in q_layout.group_sizes else group
-    qweight, scales = layout.quantize_reference(weight, q_layout, group_size)
+    qweight, scales = layout.quantize_reference(weight, q_layout, layout.api_group_size(q_layout, group, k))
     q = layout.unpack_quantized(qweight, q_layout).transpose(1, 2).reshape(-1, qweight.shape[1] * (8 // q_layout.bits))
     s = scales.transpose(1, 2).reshape(-1, scales.shape[1])  # [Bn*32, Kp/G]
     form = _form(q_layout, k, group)
