@@ -29,8 +29,9 @@ def assert_bf16_close(actual: torch.Tensor, reference: torch.Tensor, min_db: flo
     assert db >= min_db, f"SQNR {db:.1f} dB below {min_db} dB"
 
 
-def packed_keys(policy) -> set[tuple[str, int, int, int]]:
-    """(projection, bucket, N, K) of every packed shape key ``policy`` can hit (the gate's MIN_WORK applied)."""
+def packed_keys(policy) -> set[tuple[str, int, int, int, str, int]]:
+    """(projection, bucket, N, K, layout, group) of every packed shape key ``policy`` can hit (the
+    gate's MIN_WORK applied): the route table's Shape."""
     from sglang_rvv import routing
 
     keys = set()
@@ -38,9 +39,10 @@ def packed_keys(policy) -> set[tuple[str, int, int, int]]:
         if route.status != routing.Status.PACKED:
             continue
         n, k = module.weight.shape
+        packed_layout = route.record.layout
         for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):
             if rows * n * k >= routing.MIN_WORK:
-                keys.add((route.projection, rows, n, k))
+                keys.add((route.projection, rows, n, k, packed_layout.name, packed_layout.group))
     return keys
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .layout import QUANTIZED, WEIGHT_DTYPES
+
 PACKED_WEIGHT_MODES = ("off", "explicit")
+# lm_head's layout when none is asked: the model's, but never below int8 (the logits of every
+# token go through it, and int4 costs them most).
+LM_HEAD_NARROWEST = "int8"
 
 
 @dataclass(frozen=True)
 class RvvPolicyConfig:
-    """How the RVV BF16 Linear policy treats a model.
+    """How the RVV Linear policy treats a model.
 
     Args:
         packed_weight_mode: ``"explicit"`` gives each eligible projection a
@@ -30,6 +35,14 @@ class RvvPolicyConfig:
             loses row-major (route ``row_major_measured``); the table is kept
             in the Inductor cache directory. Off, every bucket takes the packed
             route, as without a warm-up.
+        weight_dtype: the packed layout of the projections: ``"bf16"`` (the weight
+            as it is), or ``"int8"`` / ``"int4"``, quantized at pack time from the
+            BF16 weight, which stays the source of truth (see :mod:`layout`).
+        group_size: the quantized layout's group along K; ``None`` takes the
+            layout's default (int8: 0 = one scale per output channel; int4: 32).
+            Only for int8/int4.
+        lm_head_dtype: lm_head's layout; ``None`` takes ``weight_dtype`` but never
+            below int8 (int4 -> int8). The embedding is never packed.
     """
 
     packed_weight_mode: str = "explicit"
@@ -38,8 +51,23 @@ class RvvPolicyConfig:
     memory_budget_mib: float | None = None
     eager_repack: bool = True
     measure_routes: bool = True
+    weight_dtype: str = "bf16"
+    group_size: int | None = None
+    lm_head_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        for field_name in ("weight_dtype", "lm_head_dtype"):
+            value = getattr(self, field_name)
+            if not (value in WEIGHT_DTYPES or (value is None and field_name == "lm_head_dtype")):
+                raise ValueError(f"{field_name}={value!r} is not one of {WEIGHT_DTYPES}")
+        if self.group_size is not None:
+            if self.weight_dtype not in QUANTIZED:
+                raise ValueError(f"group_size={self.group_size!r} applies to int8/int4 only, not "
+                                 f"weight_dtype={self.weight_dtype!r}; leave it None")
+            choices = QUANTIZED[self.weight_dtype].group_sizes
+            if self.group_size not in choices:
+                raise ValueError(f"group_size={self.group_size!r} is not one of {self.weight_dtype}'s {choices} "
+                                 "(a power of two; 0 = one scale per output channel)")
         if self.packed_weight_mode not in PACKED_WEIGHT_MODES:
             raise ValueError(
                 f"packed_weight_mode={self.packed_weight_mode!r} is not one of "
@@ -50,6 +78,21 @@ class RvvPolicyConfig:
                 f"memory_budget_mib={self.memory_budget_mib!r} must be >= 0 MiB, "
                 "or None for the automatic budget"
             )
+
+    def layout_for(self, projection: str) -> str:
+        """The layout asked for a projection kind (routing.PROJECTIONS)."""
+        if projection != "lm_head":
+            return self.weight_dtype
+        if self.lm_head_dtype is not None:
+            return self.lm_head_dtype
+        narrowest = WEIGHT_DTYPES.index(LM_HEAD_NARROWEST)
+        return WEIGHT_DTYPES[min(WEIGHT_DTYPES.index(self.weight_dtype), narrowest)]
+
+    def group_size_for(self, layout_name: str) -> int:
+        """The API group size (0 = per channel) a quantized layout packs with."""
+        if layout_name == self.weight_dtype and self.group_size is not None:
+            return self.group_size
+        return QUANTIZED[layout_name].default_group_size
 
     def to_dict(self) -> dict:
         return asdict(self)

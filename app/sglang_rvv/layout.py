@@ -30,6 +30,7 @@ them (the RVV kernels and their scalar twins bit for bit).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -182,6 +183,11 @@ def effective_group_size(layout: QuantLayout, group_size: int, in_features: int)
     return group_size
 
 
+def api_group_size(layout: QuantLayout, group: int, in_features: int) -> int:
+    """The group size the API names an effective ``group``: 0 for G = K where the layout offers it."""
+    return 0 if group == in_features and 0 in layout.group_sizes else group
+
+
 def padded_in_features(in_features: int, group: int) -> int:
     return (in_features + group - 1) // group * group
 
@@ -303,3 +309,67 @@ def quantized_linear_reference(input: torch.Tensor, qweight: torch.Tensor, scale
                 acc = _round_f32(Fraction(part) * Fraction(scale) + Fraction(acc))
             out[m, n] = acc
     return out.to(torch.bfloat16).reshape(*input.shape[:-1], out_features)
+
+
+# --- physical forms of the quantized layouts ------------------------------------------
+# A provider keeps a quantized weight as a pair of tensors in one of these forms. The values
+# (q, scales) are always those of quantize_reference; only their arrangement differs.
+# A form is described by the (shape, dtype) of each tensor, so budgets and fake kernels know
+# a weight's real bytes and shapes before it is packed.
+
+TensorForm = tuple[tuple[int, ...], torch.dtype]
+BLOCKED = "blocked"            # the contract's [B, Kp(/2), 32] qweight and [B, Kp/G, 32] scales (rvv)
+ATEN_INT8 = "aten_int8"        # per channel: int8 [N, K16] and bf16 [N], for aten._weight_int8pack_mm;
+ATEN_INT8_K_MULTIPLE = 16      # K16 = K zero-padded to a multiple of 16: torch 2.13's kernel reads
+                               # past the row (garbage, or a crash) for other K
+GROUPED_INT8 = "grouped_int8"  # int8 [N, Kp] and bf16 [N, Kp/G], row-major (dequantized per call)
+ATEN_INT4 = "aten_int4"        # aten._convert_weight_to_int4pack_for_cpu of the unsigned nibbles of
+                               # [Bn*32, Kp] and bf16 [Kp/G, Bn*32, 2] (scale, zero = 0), for
+                               # aten._weight_int4pack_mm_for_cpu, which computes (u - 8) * scale + zero
+
+
+def form_tensors(form: str, layout: QuantLayout, out_features: int, in_features: int,
+                 group: int) -> tuple[TensorForm, TensorForm]:
+    """(shape, dtype) of each tensor of ``form`` for an ``[out_features, in_features]`` weight."""
+    kp = padded_in_features(in_features, group)
+    if form == BLOCKED:
+        qshape, sshape = quantized_shapes(layout, out_features, in_features, group)
+        return (qshape, torch.int8 if layout.bits == 8 else torch.uint8), (sshape, torch.bfloat16)
+    if form == ATEN_INT8:
+        k16 = padded_in_features(in_features, ATEN_INT8_K_MULTIPLE)
+        return ((out_features, k16), torch.int8), ((out_features,), torch.bfloat16)
+    if form == GROUPED_INT8:
+        return ((out_features, kp), torch.int8), ((out_features, kp // group), torch.bfloat16)
+    if form == ATEN_INT4:
+        n = padded_out_features(out_features)
+        return ((n, kp // 2), torch.uint8), ((kp // group, n, 2), torch.bfloat16)
+    raise LayoutError(f"unknown physical form {form!r}; choose one of {BLOCKED, ATEN_INT8, GROUPED_INT8, ATEN_INT4}")
+
+
+def form_bytes(tensors: tuple[TensorForm, ...]) -> int:
+    return sum(math.prod(shape) * dtype.itemsize for shape, dtype in tensors)
+
+
+def check_quantized_linear_args(input: torch.Tensor, packed: tuple[torch.Tensor, ...], layout: QuantLayout,
+                                out_features: int, in_features: int, form_of) -> int:
+    """Validate a quantized linear call; returns the effective group size the tensors were packed with.
+
+    ``form_of(group)`` is the provider's :func:`form_tensors` for this weight: the tensors must be
+    exactly one of its forms for a group size the layout offers.
+    """
+    op = f"packed_{layout.name}_linear"
+    if input.dtype != torch.bfloat16:
+        raise LayoutError(f"{op} expects a bfloat16 input, got {input.dtype}")
+    if input.dim() < 1 or input.shape[-1] != in_features:
+        raise LayoutError(f"{op}: input has shape {tuple(input.shape)}, needs [..., K={in_features}]")
+    got = tuple((tuple(t.shape), t.dtype) for t in packed)
+    for group_size in layout.group_sizes:
+        if group_size > in_features:
+            continue
+        group = effective_group_size(layout, group_size, in_features)
+        if got == form_of(group):
+            return group
+    raise LayoutError(
+        f"{op}: packed tensors {got} are not the {layout.name} form of a [{out_features}, {in_features}] "
+        f"weight at any group size of {layout.group_sizes}; pack it with pack_{layout.name}_weight"
+    )

@@ -1,10 +1,12 @@
-"""Module-owned packed weights: the buffer, its recorded source, and its release.
+"""Module-owned packed weights: one record per routed module, the buffers, and their release.
 
-The packed tensor is a non-persistent buffer of the module that uses it, so it
-lives and dies with the module, the allocator sees it, and ``state_dict()``
-never carries it into a checkpoint. Next to it we record where it came from;
-before every use the record is compared with the module's current weight, and
-any difference means the packed copy is stale and must not be used.
+Each routed module holds one object in its ``__dict__`` (:data:`RECORD_ATTR`): its route
+(:class:`routing.ModuleRoute`), whose ``record`` (:class:`PackedRecord`) holds the one
+:class:`PackedWeightSource` the plan was made for, the layout the module is packed in and the
+names of its packed buffers. The packed tensors themselves are non-persistent buffers of the
+module, so they live and die with it, the allocator sees them, and ``state_dict()`` never
+carries them into a checkpoint. Before every use the source is compared with the module's
+current weight, and any difference means the packed copy is stale and must not be used.
 
 What the record cannot see: an in-place write through ``weight.data`` keeps
 identity, storage, shape and version counter. The contract is that whoever
@@ -19,11 +21,18 @@ from dataclasses import dataclass
 
 import torch
 
-from .layout import LAYOUT_VERSION
-from .ops import pack_bf16_weight
+from . import layout
+from .kernels import chosen
+from .ops import PACK_OPS
 
+# Where a routed module keeps its route, which holds the record (in its __dict__: not a
+# submodule, not state). routing.ROUTE_ATTR is this name.
+RECORD_ATTR = "_sglang_rvv_route"
+# The packed tensors' buffer names, in the order of a layout's tensors: BF16 has one,
+# int8/int4 two (qweight and scales in the provider's physical form).
 BUFFER = "_sglang_rvv_packed_weight"
-SOURCE = "_sglang_rvv_packed_source"
+SCALES_BUFFER = "_sglang_rvv_packed_scales"
+BUFFERS = (BUFFER, SCALES_BUFFER)
 
 
 def _version(weight: torch.Tensor) -> int | None:
@@ -36,7 +45,7 @@ def _version(weight: torch.Tensor) -> int | None:
 
 @dataclass(frozen=True)
 class PackedWeightSource:
-    """What a packed buffer was built from."""
+    """The weight a plan (and its packed buffers) was made for."""
 
     tensor_ref: weakref.ReferenceType
     storage_ptr: int
@@ -46,7 +55,6 @@ class PackedWeightSource:
     dtype: torch.dtype
     device: torch.device
     version: int | None
-    layout_version: int
 
     @classmethod
     def capture(cls, weight: torch.Tensor) -> PackedWeightSource:
@@ -59,7 +67,6 @@ class PackedWeightSource:
             dtype=weight.dtype,
             device=weight.device,
             version=_version(weight),
-            layout_version=LAYOUT_VERSION,
         )
 
     def matches(self, weight: torch.Tensor) -> bool:
@@ -72,35 +79,93 @@ class PackedWeightSource:
             and self.dtype == weight.dtype
             and self.device == weight.device
             and self.version == _version(weight)
-            and self.layout_version == LAYOUT_VERSION
         )
 
 
-def pack_into(module: torch.nn.Module, weight: torch.Tensor) -> torch.Tensor:
-    """Pack ``weight`` into a buffer owned by ``module`` and record its source."""
+@dataclass(frozen=True)
+class PackedLayout:
+    """A layout as a module is packed in it: name, version and effective group along K (0 for bf16)."""
+
+    name: str
+    version: int
+    group: int = 0
+
+    @classmethod
+    def of(cls, name: str, group_size: int, in_features: int) -> PackedLayout:
+        """The layout ``name`` at the API's ``group_size`` for a weight of ``in_features``;
+        raises :class:`layout.LayoutError` when the layout refuses that K."""
+        if name == "bf16":
+            return cls(name, layout.LAYOUT_VERSION)
+        q_layout = layout.quant_layout(name)
+        return cls(name, q_layout.version, layout.effective_group_size(q_layout, group_size, in_features))
+
+    def nbytes(self, out_features: int, in_features: int) -> int:
+        """The bytes the chosen provider's packed tensors of an ``[N, K]`` weight occupy."""
+        if self.name == "bf16":
+            return layout.packed_bytes(out_features, in_features)
+        q_layout = layout.quant_layout(self.name)
+        return layout.form_bytes(chosen()[0].quantized_form(q_layout, out_features, in_features, self.group))
+
+
+class PackedRecord:
+    """What one routed module's plan knows of its weight: the source, and its packed buffers' layout."""
+
+    __slots__ = ("source", "layout", "buffers")
+
+    def __init__(self):
+        self.source: PackedWeightSource | None = None
+        self.layout: PackedLayout | None = None  # of the buffers; None while the module holds none
+        self.buffers: tuple[str, ...] = ()
+
+
+def record_of(module: torch.nn.Module) -> PackedRecord | None:
+    route = module.__dict__.get(RECORD_ATTR)
+    return None if route is None else route.record
+
+
+def pack_into(module: torch.nn.Module, weight: torch.Tensor, packed_layout: PackedLayout) -> tuple[torch.Tensor, ...]:
+    """Pack ``weight`` in ``packed_layout`` into buffers owned by ``module``; the record's source must
+    already be ``weight``'s (the plan captured it)."""
     release(module)  # free the old copy before allocating the new one
+    record = record_of(module)
     with torch.inference_mode(False), torch.no_grad():
-        packed = pack_bf16_weight(weight.detach())
-    module.register_buffer(BUFFER, packed, persistent=False)
-    object.__setattr__(module, SOURCE, PackedWeightSource.capture(weight))
+        if packed_layout.name == "bf16":
+            packed = (PACK_OPS["bf16"](weight.detach()),)
+        else:
+            q_layout = layout.quant_layout(packed_layout.name)
+            group_size = layout.api_group_size(q_layout, packed_layout.group, weight.shape[1])
+            packed = tuple(PACK_OPS[packed_layout.name](weight.detach(), group_size))
+    for name, tensor in zip(BUFFERS, packed, strict=False):
+        module.register_buffer(name, tensor, persistent=False)
+    record.layout, record.buffers = packed_layout, BUFFERS[: len(packed)]
     return packed
 
 
-def valid_packed(module: torch.nn.Module, weight: torch.Tensor) -> torch.Tensor | None:
-    """The packed buffer if it still reflects ``weight``, else ``None``."""
-    packed = module._buffers.get(BUFFER)
-    source = module.__dict__.get(SOURCE)
-    if packed is None or source is None or not source.matches(weight):
+def valid_packed(module: torch.nn.Module, weight: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """The packed tensors if they still reflect ``weight``, else ``None``."""
+    record = record_of(module)
+    if record is None or not record.buffers or record.source is None or not record.source.matches(weight):
         return None
-    return packed
+    return tuple(module._buffers[name] for name in record.buffers)
 
 
 def has_packed(module: torch.nn.Module) -> bool:
-    return module._buffers.get(BUFFER) is not None
+    record = record_of(module)
+    return record is not None and bool(record.buffers)
 
 
-def release(module: torch.nn.Module) -> int:
-    """Drop the packed buffer and its record; returns the bytes freed."""
-    packed = module._buffers.pop(BUFFER, None)
-    module.__dict__.pop(SOURCE, None)
-    return 0 if packed is None else packed.numel() * packed.element_size()
+def nbytes(module: torch.nn.Module) -> int:
+    """The bytes of ``module``'s packed tensors (scales included): what a call streams through the kernel."""
+    record = record_of(module)
+    if record is None:
+        return 0
+    return sum(module._buffers[name].numel() * module._buffers[name].element_size() for name in record.buffers)
+
+
+def release(module: torch.nn.Module) -> None:
+    """Drop the packed buffers; the record keeps its source (the plan's weight)."""
+    record = record_of(module)
+    for name in BUFFERS:
+        module._buffers.pop(name, None)
+    if record is not None:
+        record.layout, record.buffers = None, ()

@@ -1,10 +1,12 @@
 """``install_rvv_policy(model, config)``: the one entry point.
 
 It resolves the model's adapter, walks its projections in priority order,
-applies the static gate and the memory budget, gives the chosen modules a
-packed buffer, installs the route of every projection, checks that a tied
-lm_head stays tied, and returns a report. Installing again reconciles: valid
-buffers are kept, stale ones rebuilt, and ones the new plan drops are freed.
+applies the static gate, picks each projection's layout (the asked one, or the
+next wider one the provider and the shape allow, with the reason), applies the
+memory budget to the real bytes of those layouts, gives the chosen modules
+their packed buffers, installs the route of every projection, checks that a
+tied lm_head stays tied, and returns a report. Installing again reconciles:
+valid buffers are kept, stale ones rebuilt, and ones the new plan drops are freed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import torch
 from . import budget, host, layout, packed_state, routing
 from .adapters import Adapter, resolve_adapter
 from .config import RvvPolicyConfig
-from .ops import PROVIDER_NAME, PROVIDER_REASON
+from .kernels import chosen
+from .packed_state import PackedLayout
 from .route_table import RouteTable
 
 log = logging.getLogger("sglang_rvv")
@@ -33,13 +36,19 @@ class PolicyReport:
     """What an install (or a later reconcile) decided."""
 
     adapter: str | None
-    provider: str = PROVIDER_NAME
-    provider_reason: str = PROVIDER_REASON  # why this provider (and not a preferred one)
+    provider: str = field(default_factory=lambda: chosen()[0].NAME)
+    provider_reason: str = field(default_factory=lambda: chosen()[1])  # why this provider, not a preferred one
     layout_version: int = layout.LAYOUT_VERSION
     config: dict = field(default_factory=dict)
+    weight_dtype: str = "bf16"  # the layout asked for (config.weight_dtype)
     packed: list[str] = field(default_factory=list)
+    layouts: dict[str, str] = field(default_factory=dict)      # packed module -> "bf16" | "int8" | "int4"
+    group_sizes: dict[str, int] = field(default_factory=dict)  # packed quantized module -> effective G
+    layout_fallbacks: dict[str, str] = field(default_factory=dict)  # module -> why a wider layout than asked
     skipped: dict[str, str] = field(default_factory=dict)
-    packed_bytes: int = 0
+    budget_cut: list[str] = field(default_factory=list)  # the skipped modules past the budget's cut
+    module_bytes: dict[str, int] = field(default_factory=dict)  # packed module -> its packed bytes
+    packed_bytes: int = 0  # real bytes of every packed tensor, scales included: what a token streams
     budget_bytes: int | None = None
     budget_source: str | None = None
     tied_lm_head: bool = False
@@ -48,16 +57,28 @@ class PolicyReport:
     def to_json(self, **kwargs) -> str:
         return json.dumps(asdict(self), **kwargs)
 
+    def bytes_by_layout(self) -> dict[str, int]:
+        """Packed bytes per layout name (only layouts some module is packed in)."""
+        totals: dict[str, int] = {}
+        for name, size in self.module_bytes.items():
+            totals[self.layouts[name]] = totals.get(self.layouts[name], 0) + size
+        return totals
+
     def summary(self) -> str:
         if self.adapter is None:
             return f"sglang_rvv: model left row-major ({self.reason})"
         budget_text = "none" if self.budget_bytes is None else f"{self.budget_bytes / MIB:.0f} MiB"
-        reasons = Counter(reason.split(" past the cut")[0] for reason in self.skipped.values())
+        past_cut = set(self.budget_cut)
+        reasons = Counter(reason for name, reason in self.skipped.items() if name not in past_cut)
+        if past_cut:
+            reasons["budget"] = len(past_cut)
         skipped = "; ".join(f"{count}x {reason}" for reason, count in sorted(reasons.items()))
+        by_layout = ", ".join(f"{name} {size / MIB:.1f} MiB" for name, size in self.bytes_by_layout().items())
+        fallbacks = f" layout_fallbacks={len(self.layout_fallbacks)}" if self.layout_fallbacks else ""
         return (
-            f"sglang_rvv: adapter={self.adapter} provider={self.provider} "
-            f"packed={len(self.packed)} ({self.packed_bytes / MIB:.1f} MiB) "
-            f"skipped={len(self.skipped)}{f' ({skipped})' if skipped else ''} "
+            f"sglang_rvv: adapter={self.adapter} provider={self.provider} weight_dtype={self.weight_dtype} "
+            f"packed={len(self.packed)} ({self.packed_bytes / MIB:.1f} MiB{': ' + by_layout if by_layout else ''})"
+            f"{fallbacks} skipped={len(self.skipped)}{f' ({skipped})' if skipped else ''} "
             f"budget={budget_text} ({self.budget_source})"
         )
 
@@ -97,7 +118,7 @@ class RvvPolicy:
 
     def packed_bytes(self) -> int:
         _, entries = self._entries()
-        return sum(_buffer_bytes(module) for _, module, _ in entries)
+        return sum(packed_state.nbytes(module) for _, module, _ in entries)
 
     def routes(self) -> list[tuple[torch.nn.Module, routing.ModuleRoute]]:
         """Every projection this policy routes, in model order, with its route."""
@@ -116,7 +137,7 @@ class RvvPolicy:
     def reconcile(self) -> PolicyReport:
         model, entries = self._entries()
         config = self.config
-        budget_bytes, budget_source = self._budget(sum(_buffer_bytes(m) for _, m, _ in entries))
+        budget_bytes, budget_source = self._budget(sum(packed_state.nbytes(m) for _, m, _ in entries))
 
         plan: list[tuple[str, torch.nn.Module, routing.ModuleRoute | None, str | None]] = []
         for name, module, kind in entries:
@@ -128,7 +149,6 @@ class RvvPolicy:
             if route is None or route.context is not self.context:
                 route = routing.ModuleRoute(self.context, kind)
                 self.adapter.install_route(module, route)
-            route.source = packed_state.PackedWeightSource.capture(module.weight)
             reason = routing.static_gate(kind, module.weight, getattr(module, "bias", None))
             if reason is None and config.packed_weight_mode == "off":
                 reason = "packed_weight_mode=off"
@@ -137,35 +157,48 @@ class RvvPolicy:
                 route.status = routing.Status.GATE
             plan.append((name, module, route, reason))
 
-        eligible = [(n, m, r) for n, m, r, reason in plan if reason is None]
-        sizes = [layout.packed_bytes(*m.weight.shape, m.weight.element_size()) for _, m, _ in eligible]
-        fit = budget.plan_prefix(sizes, budget_bytes)
         report = PolicyReport(
-            adapter=self.adapter.name, config=config.to_dict(),
+            adapter=self.adapter.name, config=config.to_dict(), weight_dtype=config.weight_dtype,
             budget_bytes=budget_bytes, budget_source=budget_source,
         )
+        eligible = [(n, m, r) for n, m, r, reason in plan if reason is None]
+        layouts: dict[str, PackedLayout] = {}
+        for name, module, route in eligible:
+            layouts[name], fallback = choose_layout(config, route.projection, module.weight)
+            if fallback is not None:
+                report.layout_fallbacks[name] = fallback
+        sizes = [layouts[n].nbytes(*m.weight.shape) for n, m, _ in eligible]
+        fit = budget.plan_prefix(sizes, budget_bytes)
         report.skipped = {name: reason for name, _, _, reason in plan if reason is not None}
         if fit < len(eligible):
             cut, used = eligible[fit][0], sum(sizes[:fit])
             for (name, _, route), size in zip(eligible[fit:], sizes[fit:], strict=True):
                 route.status = routing.Status.BUDGET
+                report.budget_cut.append(name)
                 report.skipped[name] = (
                     f"budget: {size / MIB:.1f} MiB past the cut at {cut} "
                     f"({used / MIB:.1f} of {budget_bytes / MIB:.1f} MiB used)"
                 )
         # Free everything that will not be (or is no longer) valid before packing
         # anything, so peak memory never holds two packed copies of one weight.
-        chosen = eligible[:fit]
-        chosen_names = {name for name, _, _ in chosen}
-        for name, module, _, _ in plan:
-            if name not in chosen_names or packed_state.valid_packed(module, module.weight) is None:
+        chosen_names = {name for name, _, _ in eligible[:fit]}
+        for name, module, route, _ in plan:
+            keep = (name in chosen_names and packed_state.valid_packed(module, module.weight) is not None
+                    and route.record.layout == layouts[name])
+            if not keep:
                 packed_state.release(module)
-        for name, module, route in chosen:
+            if route is not None:  # the plan is made for the weight as it is now
+                route.record.source = packed_state.PackedWeightSource.capture(module.weight)
+        for name, module, route in eligible[:fit]:
             route.status = routing.Status.PACKED
             if not packed_state.has_packed(module):
-                packed_state.pack_into(module, module.weight)
+                packed_state.pack_into(module, module.weight, layouts[name])
             report.packed.append(name)
-            report.packed_bytes += _buffer_bytes(module)
+            report.layouts[name] = layouts[name].name
+            if layouts[name].name != "bf16":
+                report.group_sizes[name] = layouts[name].group
+            report.module_bytes[name] = packed_state.nbytes(module)
+        report.packed_bytes = sum(report.module_bytes.values())
         report.tied_lm_head = self.adapter.validate_tied_lm_head(model)
         self.report = report
         return report
@@ -180,7 +213,7 @@ class RvvPolicy:
         if route.status == routing.Status.PACKED:
             packed_state.release(module)
             route.status = routing.Status.INVALID
-        route.source = packed_state.PackedWeightSource.capture(weight)
+        route.record.source = packed_state.PackedWeightSource.capture(weight)
 
     def invalidate(self, repack: bool | None = None) -> PolicyReport:
         _, entries = self._entries()
@@ -195,9 +228,32 @@ class RvvPolicy:
         return self.report
 
 
-def _buffer_bytes(module: torch.nn.Module) -> int:
-    packed = module._buffers.get(packed_state.BUFFER)
-    return 0 if packed is None else packed.numel() * packed.element_size()
+def choose_layout(config: RvvPolicyConfig, projection: str, weight: torch.Tensor) -> tuple[PackedLayout, str | None]:
+    """The layout a projection is packed in, and why it is wider than asked (``None`` if it is not).
+
+    The asked layout (``config.layout_for``) is tried first, then each wider one, down to bf16,
+    which the static gate already admitted: a layout the provider lacks, whose group the K
+    does not fit, or that cannot quantize the weight (a non-finite value) passes to the next.
+    """
+    asked = config.layout_for(projection)
+    provider = chosen()[0]
+    refusals = []
+    for name in reversed(layout.WEIGHT_DTYPES[: layout.WEIGHT_DTYPES.index(asked) + 1]):
+        why = provider.layout_refusal(name)
+        if why is None and name != "bf16":
+            try:
+                packed_layout = PackedLayout.of(name, config.group_size_for(name), weight.shape[1])
+            except layout.LayoutError as error:
+                why = str(error)
+            else:
+                if not bool(torch.isfinite(weight).all()):
+                    why = "the weight has non-finite values; it cannot be quantized"
+        elif why is None:
+            packed_layout = PackedLayout.of(name, 0, weight.shape[1])
+        if why is None:
+            return packed_layout, (f"{asked} -> {name}: " + "; ".join(refusals)) if refusals else None
+        refusals.append(f"{name}: {why}")
+    raise AssertionError(f"provider {provider.NAME} refuses bf16: {'; '.join(refusals)}")
 
 
 def _invalidate_after_load(model: torch.nn.Module, _incompatible_keys) -> None:

@@ -26,7 +26,7 @@ import torch
 
 from . import host, inductor_cache
 from .jsonfile import write_json
-from .ops import PROVIDER_NAME
+from .kernels import chosen
 
 SCHEMA = 1
 # Packed keeps a bucket only when at least 15 % faster; anything closer goes to
@@ -52,12 +52,14 @@ def choose(packed_us: float, row_major_us: float) -> Choice:
 
 class Shape(NamedTuple):
     """What a table entry is measured for: a packed key without what the gate already fixes
-    (a bfloat16 CPU input, the explicit packed mode)."""
+    (a bfloat16 CPU input, the explicit packed mode). Layouts never share an entry."""
 
     projection: str
     bucket: int
     out_features: int
     in_features: int
+    layout: str = "bf16"
+    group: int = 0  # the effective group along K; 0 for bf16
 
 
 class Entry(NamedTuple):
@@ -67,15 +69,17 @@ class Entry(NamedTuple):
     in_features: int
     packed_us: float
     row_major_us: float
+    layout: str = "bf16"
+    group: int = 0
 
     @classmethod
     def measured(cls, shape: Shape, packed_us: float, row_major_us: float) -> Entry:
         # Rounded before the route is decided on them, so the stored entry shows its own reason.
-        return cls(*shape, round(packed_us, 1), round(row_major_us, 1))
+        return cls(*shape[:4], round(packed_us, 1), round(row_major_us, 1), shape.layout, shape.group)
 
     @property
     def shape(self) -> Shape:
-        return Shape(*self[:4])
+        return Shape(*self[:4], self.layout, self.group)
 
     @property
     def route(self) -> Choice:
@@ -88,13 +92,14 @@ class Entry(NamedTuple):
     @classmethod
     def from_dict(cls, item) -> Entry:
         """An entry as stored; raises ValueError when it is not one. The stored route is only
-        checked: it is what the margin of the writing version made of the times."""
-        fields = (*cls._fields, "route")
+        checked: it is what the margin of the writing version made of the times. An entry without
+        a layout was measured before there were others: it is bf16's."""
+        fields = (*(name for name in cls._fields if name not in cls._field_defaults), "route")
         if not isinstance(item, dict) or not set(fields) <= item.keys():
             raise ValueError(f"an entry lacks one of {fields}: {item!r}")
         if item["route"] not in tuple(Choice):
             raise ValueError(f"an entry's route is {item['route']!r}, not one of {tuple(Choice)}")
-        return cls(*(item[name] for name in cls._fields))
+        return cls(*(item.get(name, cls._field_defaults.get(name)) for name in cls._fields))
 
 
 def stack() -> dict:
@@ -103,7 +108,7 @@ def stack() -> dict:
         "schema": SCHEMA,
         **inductor_cache.torch_stack(),
         "cpu_model": host.cpu_model(),
-        "provider": PROVIDER_NAME,
+        "provider": chosen()[0].NAME,
         "threads": torch.get_num_threads(),
     }
 

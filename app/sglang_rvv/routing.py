@@ -24,14 +24,14 @@ import torch
 import torch.nn.functional as F
 
 from . import packed_state
-from .ops import packed_bf16_linear
+from .ops import packed_bf16_linear, packed_int4_linear, packed_int8_linear
 from .route_table import RouteTable, Shape
 
 if TYPE_CHECKING:
     from .config import RvvPolicyConfig
 
-# Where a routed module keeps its ModuleRoute (in its __dict__: not a submodule, not state).
-ROUTE_ATTR = "_sglang_rvv_route"
+# Where a routed module keeps its ModuleRoute, its one record (in its __dict__: not a submodule, not state).
+ROUTE_ATTR = packed_state.RECORD_ATTR
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 MIN_FEATURES = 1024
 MIN_WORK = 1_000_000  # M * N * K below this is not worth a kernel switch
@@ -121,11 +121,13 @@ class RegionalShapeKey(NamedTuple):
     out_features: int
     in_features: int
     mode: Mode
+    layout: str = "bf16"  # the packed layout (row-major keys: bf16), and its group along K (0 for bf16)
+    group: int = 0
 
     @property
     def shape(self) -> Shape:
         """What the route table knows this key by."""
-        return Shape(self.projection, self.rows, self.out_features, self.in_features)
+        return Shape(self.projection, self.rows, self.out_features, self.in_features, self.layout, self.group)
 
 
 class Decision(NamedTuple):
@@ -148,12 +150,14 @@ def can_serve(input: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, table: RouteTable, *,
-           weight_shape: tuple[int, ...], servable: bool) -> Decision:
+           weight_shape: tuple[int, ...], servable: bool,
+           packed_layout: packed_state.PackedLayout | None = None) -> Decision:
     """The route of a call of ``rows`` rows to a ``projection`` whose weight has ``status``.
 
     ``status`` is the weight's as of this call: a packed one whose buffer no longer reflects
     the weight is INVALID. ``servable`` is :func:`can_serve` of the call. The shape key is
-    bfloat16 and CPU because nothing else passes the gate.
+    bfloat16 and CPU because nothing else passes the gate; a packed key names
+    ``packed_layout`` (the layout of the module's buffers; None for bf16).
     """
     bucket = bucket_rows(rows, small_batch=config.small_batch, projection=projection)
     if status == Status.GATE or bucket is None or not servable or rows * math.prod(weight_shape) < MIN_WORK:
@@ -169,6 +173,8 @@ def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, 
     else:
         return Decision(Route.PACKED_EAGER, bucket, None)
     key = RegionalShapeKey(torch.bfloat16, "cpu", projection, bucket, weight_shape[0], weight_shape[-1], mode)
+    if mode == Mode.EXPLICIT_PACKED and packed_layout is not None:
+        key = key._replace(layout=packed_layout.name, group=packed_layout.group)
     # The table measures packed keys only.
     if mode == Mode.EXPLICIT_PACKED and config.measure_routes and table.sends_row_major(key.shape):
         return Decision(Route.ROW_MAJOR_MEASURED, bucket, key)
@@ -177,6 +183,18 @@ def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, 
 
 def _packed_rows(input: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
     return packed_bf16_linear(input, packed, out_features)
+
+
+def _int8_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out_features: int) -> torch.Tensor:
+    return packed_int8_linear(input, qweight, scales, out_features, input.shape[-1])
+
+
+def _int4_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out_features: int) -> torch.Tensor:
+    return packed_int4_linear(input, qweight, scales, out_features, input.shape[-1])
+
+
+# The eager and compiled body of each packed layout: (rows, *packed tensors, out_features).
+PACKED_BODIES = {"bf16": _packed_rows, "int8": _int8_rows, "int4": _int4_rows}
 
 
 def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
@@ -205,8 +223,10 @@ class CompiledCallables:
     def get(self, key: RegionalShapeKey) -> Callable:
         fn = self._by_key.get(key)
         if fn is None:
-            body = _packed_rows if key.mode == Mode.EXPLICIT_PACKED else _row_major_rows
+            body = PACKED_BODIES[key.layout] if key.mode == Mode.EXPLICIT_PACKED else _row_major_rows
             name = f"rvv_{key.projection}_m{key.rows}_{key.out_features}x{key.in_features}_{key.mode}"
+            if key.mode == Mode.EXPLICIT_PACKED:
+                name += f"_{key.layout}" + (f"_g{key.group}" if key.group else "")
             fn = torch.compile(_own_code(body, name), dynamic=False, fullgraph=True)
             self._by_key[key] = fn
         return fn
@@ -249,21 +269,22 @@ class RouteContext:
 class ModuleRoute:
     """Per-module routing state; the module owns it, and it owns nothing of the module.
 
-    ``source`` records the weight the plan was made for. A call that sees a
-    different weight (replaced, moved, re-typed, bumped in place) has the
-    context re-plan it (``on_stale``) before anything else, so no decision
+    It is the module's one record: ``record`` (:class:`packed_state.PackedRecord`) holds the
+    weight the plan was made for (``record.source``) and the layout and names of the packed
+    buffers. A call that sees a different weight (replaced, moved, re-typed, bumped in
+    place) has the context re-plan it (``on_stale``) before anything else, so no decision
     outlives its weight. The one exception is a memoised row-major call
     (:class:`RowMajorMemo`): it reads only the live weight, and leaves an
     in-place bump to the next call that would use the packed buffer.
     """
 
-    __slots__ = ("context", "projection", "status", "source", "memo")
+    __slots__ = ("context", "projection", "status", "record", "memo")
 
     def __init__(self, context: RouteContext, projection: str):
         self.context = context
         self.projection = projection
         self.status = Status.GATE  # until the policy's plan says otherwise
-        self.source: packed_state.PackedWeightSource | None = None
+        self.record = packed_state.PackedRecord()
         self.memo: RowMajorMemo | None = None
 
     def __call__(self, module, input, weight, bias=None) -> torch.Tensor:
@@ -275,13 +296,15 @@ class ModuleRoute:
                 return F.linear(input, weight, bias)
         return self._route(module, input, weight, bias)
 
-    def current_status(self, module: torch.nn.Module, weight: torch.Tensor) -> tuple[Status, torch.Tensor | None]:
-        """The weight's status as of now, and its packed buffer if it has a usable one.
+    def current_status(self, module: torch.nn.Module,
+                       weight: torch.Tensor) -> tuple[Status, tuple[torch.Tensor, ...] | None]:
+        """The weight's status as of now, and its packed tensors if it has usable ones.
 
         A weight that changed since the plan is re-planned first; a packed weight whose
-        buffer is gone or stale (a repack that did not happen) counts as INVALID.
+        buffers are gone or stale (a repack that did not happen) counts as INVALID.
         """
-        if self.source is None or not self.source.matches(weight):
+        source = self.record.source
+        if source is None or not source.matches(weight):
             self.context.on_stale(module, weight)
         if self.status != Status.PACKED:
             return self.status, None
@@ -293,14 +316,16 @@ class ModuleRoute:
         status, packed = self.current_status(module, weight)
         in_features = input.shape[-1] if input.dim() else 0
         rows = input.numel() // in_features if in_features else 0
+        packed_layout = self.record.layout
         route, bucket, key = decide(self.projection, rows, status, context.config, context.table,
-                                    weight_shape=weight.shape, servable=can_serve(input, weight))
+                                    weight_shape=weight.shape, servable=can_serve(input, weight),
+                                    packed_layout=packed_layout)
         counter_key = (self.projection, route, NO_BUCKET if bucket is None else str(bucket))
         context.counters[counter_key] += 1
         if route == Route.PACKED_EAGER:
-            fn, operand = _packed_rows, packed
+            fn, operands = PACKED_BODIES[packed_layout.name], packed
         elif route in COMPILED_ROUTES:
-            fn, operand = context.compiled.get(key), weight if key.mode == Mode.ROW_MAJOR else packed
+            fn, operands = context.compiled.get(key), (weight,) if key.mode == Mode.ROW_MAJOR else packed
         else:
             if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
                 memo = self.memo
@@ -312,7 +337,7 @@ class ModuleRoute:
         flat = input.reshape(rows, in_features)
         if bucket != rows:
             flat = F.pad(flat, (0, 0, 0, bucket - rows))
-        out = fn(flat, operand, out_features)
+        out = fn(flat, *operands, out_features)
         if bucket != rows:
             out = out[:rows]
         return out.reshape(*input.shape[:-1], out_features)
@@ -342,12 +367,12 @@ class RowMajorMemo:
 
     def __init__(self, route: ModuleRoute, weight: torch.Tensor):
         self.weight_ref = weakref.ref(weight)  # a replaced weight must not be kept alive
-        self.source = route.source
+        self.source = route.record.source
         self.status = route.status
         self.config = route.context.config
         self.table = route.context.table
         self.counter_keys: dict[tuple, tuple[str, str, str]] = {}
 
     def holds(self, route: ModuleRoute, weight: torch.Tensor) -> bool:
-        return (self.weight_ref() is weight and self.source is route.source and self.status == route.status
+        return (self.weight_ref() is weight and self.source is route.record.source and self.status == route.status
                 and self.config is route.context.config and self.table is route.context.table)

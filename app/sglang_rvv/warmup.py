@@ -51,7 +51,7 @@ class WarmupReport:
     compiled: int = 0    # Inductor compiles (FX graph cache misses)
     cache_hits: int = 0  # Inductor artifacts loaded from the cache
     seconds: float = 0.0
-    # One entry per packed key: projection, bucket, out_features, in_features,
+    # One entry per packed key: projection, bucket, out_features, in_features, layout, group,
     # packed_us, row_major_us, route ("packed" | "row_major"), source ("measured" | "cache").
     route_table: list[dict] = field(default_factory=list)
     route_table_seconds: float = 0.0  # part of ``seconds`` spent loading or measuring the table
@@ -84,7 +84,8 @@ def inductor_cache_counts() -> tuple[int, int]:
 
 
 def format_key(key: routing.RegionalShapeKey) -> str:
-    return f"{key.projection} m={key.rows} {key.out_features}x{key.in_features} {key.mode}"
+    text = f"{key.projection} m={key.rows} {key.out_features}x{key.in_features} {key.mode}"
+    return text if key.layout == "bf16" else f"{text} {key.layout} g{key.group}"
 
 
 def measure_key(key: routing.RegionalShapeKey, modules: Sequence[torch.nn.Module],
@@ -103,7 +104,7 @@ def measure_key(key: routing.RegionalShapeKey, modules: Sequence[torch.nn.Module
     packed = [packed_state.valid_packed(module, module.weight) for module in modules]
     weights = [module.weight for module in modules]
     sides = (
-        lambda i: packed_fn(x, packed[i % len(packed)], key.out_features),
+        lambda i: packed_fn(x, *packed[i % len(packed)], key.out_features),
         lambda i: F.linear(x, weights[i % len(weights)]),
     )
     for side in sides:
@@ -129,8 +130,8 @@ def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list
     for module, route in policy.routes():
         if route.status in (routing.Status.PACKED, routing.Status.ROW_MAJOR_ONLY):
             weight = module.weight
-            groups.setdefault((route.projection, route.status, *weight.shape, weight.dtype), []).append(
-                (module, route))
+            groups.setdefault((route.projection, route.status, *weight.shape, weight.dtype, route.record.layout),
+                              []).append((module, route))
     packed_keys = {}
     for members in groups.values():
         module, route = members[0]
@@ -139,12 +140,13 @@ def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list
         for rows in routing.buckets_for(route.projection, small_batch=context.config.small_batch):
             x = weight.new_zeros(rows, weight.shape[-1])
             decision = routing.decide(route.projection, rows, status, context.config, context.table,
-                                      weight_shape=weight.shape, servable=routing.can_serve(x, weight))
+                                      weight_shape=weight.shape, servable=routing.can_serve(x, weight),
+                                      packed_layout=route.record.layout)
             if decision.key is None:  # the gate (small M*N*K), or a buffer gone since the plan
                 continue
             if decision.route != routing.Route.ROW_MAJOR_MEASURED:
-                operand = packed if decision.key.mode == routing.Mode.EXPLICIT_PACKED else weight
-                context.compiled.get(decision.key)(x, operand, decision.key.out_features)
+                operands = packed if decision.key.mode == routing.Mode.EXPLICIT_PACKED else (weight,)
+                context.compiled.get(decision.key)(x, *operands, decision.key.out_features)
             if decision.key.mode == routing.Mode.EXPLICIT_PACKED:
                 packed_keys[decision.key] = [m for m, _ in members]
     return packed_keys

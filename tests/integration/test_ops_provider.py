@@ -39,10 +39,11 @@ def test_rvv_prims_are_preferred_when_torch_has_them():
 
 
 def test_forcing_a_missing_provider_fails_clearly():
-    env_script = "import sglang_rvv.ops"
+    # Importing chooses no provider; the first use does, and fails there.
+    env_script = "import sglang_rvv.ops as ops; print('imported', flush=True); ops.PROVIDER_NAME"
     result = subprocess.run(
         [sys.executable, "-c", env_script], capture_output=True, text=True,
         env={**os.environ, "SGLANG_RVV_OP_PROVIDER": "rvv_prims"},
     )
-    assert result.returncode != 0
+    assert result.returncode != 0 and result.stdout == "imported\n"
     assert "SGLANG_RVV_OP_PROVIDER='rvv_prims' was requested" in result.stderr

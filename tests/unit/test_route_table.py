@@ -12,17 +12,19 @@ import torch.nn.functional as F
 
 from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, route_table, routing, warmup
 from sglang_rvv.policy import policy_of
-from sglang_rvv.route_table import Entry, RouteTable
+from sglang_rvv.route_table import Entry, RouteTable, Shape
 from sglang_rvv.routing import ROUTE_ATTR
 from sglang_rvv.srt import flags
 from sglang_rvv.warmup import warm_up
 from support import assert_bf16_close, packed_keys
 
-TABLE_FIELDS = {"projection", "bucket", "out_features", "in_features", "packed_us", "row_major_us", "route", "source"}
+TABLE_FIELDS = {"projection", "bucket", "out_features", "in_features", "layout", "group", "packed_us", "row_major_us",
+                "route", "source"}
 
 
 def _id(entry):
-    return entry["projection"], entry["bucket"], entry["out_features"], entry["in_features"]
+    return (entry["projection"], entry["bucket"], entry["out_features"], entry["in_features"], entry["layout"],
+            entry["group"])
 
 
 def _ids(table):
@@ -193,7 +195,7 @@ def test_an_unreadable_table_is_ignored_and_remeasured(policy, tmp_path, monkeyp
 def test_entries_of_other_shapes_stay_in_the_file(policy, tmp_path, monkeypatch):
     monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
     other = {"projection": "down_proj", "bucket": 2, "out_features": 2048, "in_features": 8192,
-             "packed_us": 9.0, "row_major_us": 5.0, "route": "row_major"}
+             "packed_us": 9.0, "row_major_us": 5.0, "layout": "int4", "group": 32, "route": "row_major"}
     RouteTable([Entry.from_dict(other)]).store(tmp_path)
     report = warm_up(policy, table_dir=tmp_path)
     table, _ = RouteTable.load(tmp_path)
@@ -297,7 +299,7 @@ def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_m
     first = warm_up(policy, table_dir=tmp_path)
     assert first.skipped_row_major == 0
     row_major_ids = {_id(e) for e in first.route_table if e["route"] == "row_major"}
-    assert row_major_ids and {bucket for _, bucket, _, _ in row_major_ids} == losing
+    assert row_major_ids and {bucket for _, bucket, *_ in row_major_ids} == losing
 
     # A fresh process: nothing compiled yet, the table in the cache directory.
     monkeypatch.setattr(policy.context, "compiled", routing.CompiledCallables())
@@ -323,3 +325,12 @@ def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_m
     assert foreign.skipped_row_major == 0 and all(e["source"] == "measured" for e in foreign.route_table)
     assert {k.shape for k in policy.context.compiled.keys()
             if k.mode == routing.Mode.EXPLICIT_PACKED} == _ids(first.route_table)
+
+
+def test_an_entry_from_before_the_layouts_is_a_bf16_one():
+    stored = {"projection": "o_proj", "bucket": 4, "out_features": 1024, "in_features": 1024,
+              "packed_us": 9.0, "row_major_us": 5.0, "route": "row_major"}
+    entry = Entry.from_dict(stored)
+    assert entry.shape == Shape("o_proj", 4, 1024, 1024, "bf16", 0)
+    assert RouteTable([entry]).sends_row_major(entry.shape)
+    assert not RouteTable([entry]).sends_row_major(Shape("o_proj", 4, 1024, 1024, "int8", 1024))

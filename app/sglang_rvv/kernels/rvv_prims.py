@@ -4,6 +4,8 @@ That branch registers ``torch.ops.prims.rvv_pack_bf16_weight`` and
 ``torch.ops.prims.rvv_packed_bf16_linear`` with the same layout contract as
 :mod:`sglang_rvv.layout`; Inductor lowers the linear prim to its VecRVV
 microkernels. Here we only delegate to them, so Inductor still sees the prim.
+The branch has no quantized prims: int8 and int4 are refused, and the policy
+serves those projections in BF16 (``report.layout_fallbacks`` says so).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ def status() -> tuple[bool, str]:
                    "install the patched RVV PyTorch wheel")
 
 
-def available() -> bool:
-    return status()[0]
+def layout_refusal(name: str) -> str | None:
+    if name == "bf16":
+        return None
+    return (f"provider rvv_prims (the RVV PyTorch branch's prims) has no {name} kernels; "
+            f"use SGLANG_RVV_OP_PROVIDER=rvv for {name}")
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,48 @@
+"""Each layout's model accuracy against BF16 row-major, held to a measured floor.
+
+Measured on the seeded tiny models (random weights, 2 layers) on this x86 VM, generic provider,
+with this test's set (2 prompts, 8 greedy steps, one window of 128 byte tokens of the corpus);
+logits SQNR / greedy agreement / perplexity (bf16 row-major's):
+    llama  bf16 47.9 dB / 93.8 % / 2522.9 (2522.5)   qwen3  bf16 47.2 dB / 100 % / 2024.7 (2025.4)
+           int8 34.1 dB / 100 % / 2518.1                    int8 33.7 dB / 100 % / 2025.4
+           int4 13.5 dB / 68.8 % / 2513.7                   int4 13.1 dB / 75.0 % / 2044.7
+(the full accuracy.measure set, 4 prompts and 2 windows: int8 33.6 / 33.1 dB, int4 13.2 / 12.6 dB).
+Random weights give near-flat logits, so a greedy pick flips on tiny noise (even bf16 packed
+against row-major) and perplexity sits near the vocabulary size: these floors catch a broken
+layout; they do not say what int4 costs a trained model (run accuracy.measure on a real
+checkpoint, with its tokenizer, for that).
+"""
+
+import math
+
+import pytest
+
+from sglang_rvv import accuracy, tiny
+
+FLOORS = {  # layout: (min logits SQNR dB, min greedy agreement, max perplexity ratio to bf16)
+    "bf16": (40.0, 0.9, 1.001),
+    "int8": (30.0, 0.9, 1.01),
+    "int4": (10.0, 0.4, 1.05),
+}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_each_layout_keeps_its_floor(arch):
+    model = tiny.build_model(arch, seed=0)
+    results = accuracy.measure(model, list(FLOORS), prompts=accuracy.PROMPTS[:2], text_windows=1,
+                               tokenize=lambda text: accuracy.byte_tokens(text, model.config.vocab_size))
+    print("\n".join(r.summary() for r in results))
+    for result in results:
+        min_db, min_agreement, max_ratio = FLOORS[result.weight_dtype]
+        assert result.logits_sqnr_db >= min_db, result.summary()
+        assert result.greedy_agreement >= min_agreement, result.summary()
+        assert math.isfinite(result.perplexity) and result.perplexity <= max_ratio * result.reference_perplexity, \
+            result.summary()
+    # The layouts order as their bits do.
+    by_layout = {r.weight_dtype: r.logits_sqnr_db for r in results}
+    assert by_layout["bf16"] > by_layout["int8"] > by_layout["int4"]
+
+
+def test_byte_tokens_need_a_byte_vocabulary():
+    with pytest.raises(ValueError, match="at least 256"):
+        accuracy.byte_tokens("x", 100)
