@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import layout
+
 PACKED_WEIGHT_MODES = ("off", "explicit")
 
 
@@ -38,8 +40,25 @@ class RvvPolicyConfig:
     memory_budget_mib: float | None = None
     eager_repack: bool = True
     measure_routes: bool = True
+    # STAND-IN (wip-knob): the weight-dtype fields of the core's config, so that the flags,
+    # the entrypoint and the manifest can be tested; the integrator takes the core's config.py.
+    weight_dtype: str = "bf16"
+    group_size: int | None = None
+    lm_head_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("weight_dtype", "lm_head_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in layout.WEIGHT_DTYPES:
+                raise ValueError(f"{name}={value!r} is not one of {layout.WEIGHT_DTYPES}")
+        if self.group_size is not None:
+            if self.weight_dtype not in layout.QUANTIZED:
+                raise ValueError(f"group_size={self.group_size} applies to int8 and int4 only, "
+                                 f"not weight_dtype={self.weight_dtype!r}")
+            choices = layout.QUANTIZED[self.weight_dtype].group_sizes
+            if self.group_size not in choices:
+                raise ValueError(f"group_size={self.group_size} is not one of {choices} for {self.weight_dtype} "
+                                 "(0 = one scale per output channel)")
         if self.packed_weight_mode not in PACKED_WEIGHT_MODES:
             raise ValueError(
                 f"packed_weight_mode={self.packed_weight_mode!r} is not one of "
