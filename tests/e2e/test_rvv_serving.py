@@ -89,9 +89,9 @@ def test_flag_on_matches_flag_off_and_reports(llama):
         assert_same_greedy(generate_greedy(on, prompt), generate_greedy(off, prompt))
     report = json.loads(report_path.read_text())
     # The settings resolved in the launcher arrived in the scheduler process.
-    assert report["settings"]["compile_mode"] == "regional"
-    assert report["settings"]["packed_weight_mode"] == "explicit"
-    assert report["settings"]["small_batch"] is True
+    config = report["settings"]["config"]
+    assert (config["regional_compile"], config["packed_weight_mode"], config["small_batch"]) == (True, "explicit", True)
+    assert config["weight_dtype"] == "bf16"
     assert report["adapter"] == "sglang" and report["tied_lm_head"] is False
     assert report["packed"][-1] == "lm_head" and len(report["packed"]) == 9
     assert report["skipped"] == {}

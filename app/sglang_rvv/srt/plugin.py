@@ -111,7 +111,7 @@ def _after_load_model(result, runner, *args, **kwargs):
     model = runner.model
     started = time.monotonic()
     try:
-        report = install_rvv_policy(model, settings.policy_config())
+        report = install_rvv_policy(model, settings.config)
     except Exception as error:  # serving never fails because of the policy
         log.warning("sglang_rvv: policy not installed, serving row-major: %s: %s", type(error).__name__, error)
         return result
