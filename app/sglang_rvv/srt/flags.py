@@ -138,3 +138,13 @@ def resolve(args: argparse.Namespace) -> RvvSettings:
         raise ValueError(f"argument {settings.enabled_by}: the RVV policy runs on --device cpu, got "
                          f"--device {device}; drop the flag or serve on the CPU")
     return settings
+
+
+def layout_flags(config: RvvPolicyConfig) -> list[str]:
+    """The flags that give a server ``config``'s packed layout (for the entrypoint and cache builds)."""
+    argv = ["--cpu-rvv-weight-dtype", config.weight_dtype]
+    if config.group_size is not None:
+        argv += ["--cpu-rvv-group-size", str(config.group_size)]
+    if config.lm_head_dtype is not None:
+        argv += ["--cpu-rvv-lm-head-dtype", config.lm_head_dtype]
+    return argv
