@@ -40,10 +40,10 @@ def _packed_layout(policy: RvvPolicy, projection: str) -> str:
     return config.weight_dtype
 
 
-def _module_packed_bytes(module: torch.nn.Module) -> int:
-    # The policy's packed tensors (scales included) are the module's non-persistent buffers.
-    return sum(buffer.numel() * buffer.element_size() for name, buffer in module._buffers.items()
-               if buffer is not None and name in module._non_persistent_buffers_set)
+def packed_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The policy's packed tensors of ``module`` (scales included): its non-persistent buffers."""
+    return [buffer for name, buffer in module._buffers.items()
+            if buffer is not None and name in module._non_persistent_buffers_set]
 
 
 def streamed_bytes(policy: RvvPolicy) -> dict[tuple[str, str], int]:
@@ -52,7 +52,8 @@ def streamed_bytes(policy: RvvPolicy) -> dict[tuple[str, str], int]:
     totals: Counter[tuple[str, str]] = Counter()
     for module, route in policy.routes():
         if route.status == Status.PACKED:
-            totals[route.projection, _packed_layout(policy, route.projection)] += _module_packed_bytes(module)
+            size = sum(t.numel() * t.element_size() for t in packed_tensors(module))
+            totals[route.projection, _packed_layout(policy, route.projection)] += size
         else:
             totals[route.projection, ROW_MAJOR] += module.weight.numel() * module.weight.element_size()
     return dict(totals)
