@@ -2,8 +2,9 @@
 
 For each projection (Llama-3.2-1B's shapes, as :mod:`.linear`) and each layout, the
 projection's weight copies (more than the last-level cache, so every call streams
-from memory) get the policy with that ``weight_dtype``, compiled and warmed up with
-every bucket on the packed route (no measured route table: this compares kernels).
+from memory) get the policy with that ``weight_dtype`` and every bucket on the packed
+route (no measured route table: this compares kernels); each cell's key compiles in
+its untimed first calls, so only the measured rows compile.
 Per cell and in the same interleaved rounds (the fastest of :data:`.linear.ROUNDS`):
 row-major ``F.linear`` on the BF16 weight, the policy's call, and at M=1 a plain read
 of the packed tensors (the bandwidth decode could reach at that moment).
@@ -19,6 +20,8 @@ is a row ``not available: REASON``, never a crash: the run still compares the ot
 
 ``python -m sglang_rvv.bench layouts [--weight-dtypes bf16,int8,int4] [--projections ...]
 [--rows 1,4] [--min-time S] [--json OUT]``
+
+Nothing at module level imports torch, so the report can import :func:`format_table`.
 """
 
 from __future__ import annotations
@@ -27,28 +30,16 @@ import argparse
 import json
 import math
 import sys
-import tempfile
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
-import torch
-import torch.nn.functional as F
-
-from .. import routing
-from ..adapters import Adapter, install_routed_linear
-from ..config import RvvPolicyConfig
-from ..layout import WEIGHT_DTYPES
-from ..policy import RvvPolicy
-from ..srt.metrics import packed_tensors
-from ..warmup import warm_up
-from .linear import LLAMA_3_2_1B, ROUNDS, _llc_bytes, _time, kernel_facts
-
 DEFAULT_ROWS = (1, 4)
-BASE = RvvPolicyConfig(memory_budget_mib=2**40, measure_routes=False)
 
 
 def _dtypes(text: str) -> list[str]:
+    from ..layout import WEIGHT_DTYPES
+
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in WEIGHT_DTYPES]
     if unknown or not names:
@@ -57,18 +48,29 @@ def _dtypes(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..layout import WEIGHT_DTYPES
+    from .linear import ROUNDS
+
     parser.add_argument("--weight-dtypes", type=_dtypes, default=list(WEIGHT_DTYPES),
                         help=f"layouts to compare (default {','.join(WEIGHT_DTYPES)}); bf16 is the ratios' base")
-    parser.add_argument("--projections", default=",".join(LLAMA_3_2_1B), help="comma-separated subset of %(default)s")
+    parser.add_argument("--projections", default="qkv_proj,o_proj,gate_up_proj,down_proj,lm_head",
+                        help="comma-separated subset of %(default)s (Llama-3.2-1B's shapes)")
     parser.add_argument("--rows", default=",".join(map(str, DEFAULT_ROWS)), help="M values (default %(default)s)")
     parser.add_argument("--min-time", type=float, default=0.3,
                         help=f"seconds timed per cell and variant, over {ROUNDS} interleaved rounds")
     parser.add_argument("--json", type=Path, help="also write the results here")
 
 
-def _policy(linears: list[torch.nn.Linear], kind: str, weight_dtype: str) -> tuple[RvvPolicy, str | None]:
+def _policy(linears: list, kind: str, weight_dtype: str):
     """The policy over standalone copies of one projection, packed as ``weight_dtype``; and why
     that layout is not available, or None."""
+    import torch
+
+    from .. import routing
+    from ..adapters import Adapter, install_routed_linear
+    from ..config import RvvPolicyConfig
+    from ..policy import RvvPolicy
+
     root = torch.nn.Module()
     holders = []
     for lin in linears:
@@ -80,7 +82,7 @@ def _policy(linears: list[torch.nn.Linear], kind: str, weight_dtype: str) -> tup
     adapter = Adapter("bench", {k: k for k in routing.PROJECTIONS}, lambda m: True, install_routed_linear,
                       lambda m: False)
     try:
-        config = replace(BASE, weight_dtype=weight_dtype)
+        config = RvvPolicyConfig(memory_budget_mib=2**40, measure_routes=False, weight_dtype=weight_dtype)
         policy = RvvPolicy(root, adapter, config)
         report = policy.reconcile()
     except (TypeError, ValueError) as error:  # a config or policy that does not know the layout
@@ -93,13 +95,16 @@ def _policy(linears: list[torch.nn.Linear], kind: str, weight_dtype: str) -> tup
                         f"{'; ' + '; '.join(why) if why else ''}")
     if len(report.packed) != len(linears):
         return policy, f"packed {len(report.packed)} of {len(linears)} copies: {sorted(set(report.skipped.values()))}"
-    with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-layouts-") as table_dir:
-        print(f"# {kind} {weight_dtype}: {warm_up(policy, table_dir=table_dir).summary()}", file=sys.stderr,
-              flush=True)
     return policy, None
 
 
-def _cell(kind: str, rows: int, linears, policy: RvvPolicy, bytes_per_call: int, min_time: float) -> dict:
+def _cell(rows: int, linears, policy, bytes_per_call: int, min_time: float) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from ..srt.metrics import packed_tensors
+    from .linear import ROUNDS, _time
+
     k = linears[0].in_features
     x = torch.randn(rows, k, dtype=torch.bfloat16)
     variants = {
@@ -113,7 +118,7 @@ def _cell(kind: str, rows: int, linears, policy: RvvPolicy, bytes_per_call: int,
         variants["read_us"] = (lambda ts: [t.view(torch.float32).amax() for t in ts], tensors)
     best = dict.fromkeys(variants, math.inf)
     with torch.inference_mode():
-        for round_ in range(ROUNDS):
+        for round_ in range(ROUNDS):  # round 0's untimed first calls compile the cell's key
             for name, (fn, operands) in variants.items():
                 best[name] = min(best[name], _time(fn, operands, min_time / ROUNDS, warm=round_ == 0) * 1e6)
     routes = sorted({r for (_, r, _), c in policy.counters.items() if c})
@@ -123,6 +128,11 @@ def _cell(kind: str, rows: int, linears, policy: RvvPolicy, bytes_per_call: int,
 
 def measure(weight_dtypes: list[str], projections: list[str], rows_list: list[int], min_time: float) -> list[dict]:
     """One row per (projection, layout, M); unavailable layouts have ``not_available`` instead of times."""
+    import torch
+
+    from .linear import LLAMA_3_2_1B, _llc_bytes
+
+    print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}", file=sys.stderr, flush=True)
     llc = _llc_bytes()
     torch.manual_seed(0)
     results = []
@@ -141,7 +151,7 @@ def measure(weight_dtypes: list[str], projections: list[str], rows_list: list[in
                 results += [dict(head, rows=rows, not_available=missing) for rows in rows_list]
             else:
                 per_call = policy.packed_bytes() // copies
-                results += [dict(head, **_cell(kind, rows, linears, policy, per_call, min_time)) for rows in rows_list]
+                results += [dict(head, **_cell(rows, linears, policy, per_call, min_time)) for rows in rows_list]
             if policy is not None:
                 policy.invalidate(repack=False)  # free this layout's buffers before the next one packs
             del policy
@@ -182,13 +192,16 @@ def format_table(results: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from .linear import LLAMA_3_2_1B, kernel_facts
+
     projections = args.projections.split(",")
     unknown = set(projections) - set(LLAMA_3_2_1B)
     if unknown:
         sys.exit(f"unknown projection(s) {sorted(unknown)}; choose from {list(LLAMA_3_2_1B)}")
     rows_list = [int(r) for r in args.rows.split(",")]
     facts = kernel_facts()
-    print(f"# torch {torch.__version__}, provider {facts['provider']}, threads {torch.get_num_threads()}", flush=True)
     results = measure(args.weight_dtypes, projections, rows_list, args.min_time)
     print(format_table(results), flush=True)
     if args.json:
