@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(
                              num_attention_heads=8, vocab_size=2048)
     full = install_rvv_policy(model, RvvPolicyConfig(regional_compile=False))
     policy = policy_of(model)
-    exporter = MetricsExporter(policy, provider="generic", cache_state="none")
+    exporter = MetricsExporter(policy, model, provider="generic", cache_state="none")
     before = gauges()
     # One byte short: the plan cuts the last projection in its order, which stays row-major.
     cut = install_rvv_policy(model, RvvPolicyConfig(regional_compile=False,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
+from dataclasses import asdict
 
 import torch
 
@@ -32,45 +33,43 @@ MIB = 1024 * 1024
 _EXPORTERS: weakref.WeakKeyDictionary[RvvPolicy, MetricsExporter] = weakref.WeakKeyDictionary()
 
 
-def _packed_layout(policy: RvvPolicy, projection: str) -> str:
-    """The layout a packed projection was given: the config's weight dtype (lm_head: its own dtype)."""
-    config = policy.config
-    if projection == "lm_head" and config.lm_head_dtype is not None:
-        return config.lm_head_dtype
-    return config.weight_dtype
-
-
 def packed_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     """The policy's packed tensors of ``module`` (scales included): its non-persistent buffers."""
     return [buffer for name, buffer in module._buffers.items()
             if buffer is not None and name in module._non_persistent_buffers_set]
 
 
-def streamed_bytes(policy: RvvPolicy) -> dict[tuple[str, str], int]:
+def streamed_bytes(policy: RvvPolicy, model: torch.nn.Module) -> dict[tuple[str, str], int]:
     """Bytes each projection kind streams per decode token, by layout: a packed projection its
-    packed tensors, any other its framework weight (layout ``row_major``)."""
+    packed tensors (in the layout the report names for it), any other its framework weight
+    (layout ``row_major``)."""
+    report = policy.report
+    # A report that names no per-module layouts is the bf16-only policy's.
+    layouts = asdict(report).get("layouts") or dict.fromkeys(report.packed, "bf16")
+    layout_of = {id(model.get_submodule(name)): layout for name, layout in layouts.items()}
     totals: Counter[tuple[str, str]] = Counter()
     for module, route in policy.routes():
         if route.status == Status.PACKED:
             size = sum(t.numel() * t.element_size() for t in packed_tensors(module))
-            totals[route.projection, _packed_layout(policy, route.projection)] += size
+            totals[route.projection, layout_of[id(module)]] += size
         else:
             totals[route.projection, ROW_MAJOR] += module.weight.numel() * module.weight.element_size()
     return dict(totals)
 
 
-def bytes_line(policy: RvvPolicy) -> str:
+def bytes_line(policy: RvvPolicy, model: torch.nn.Module) -> str:
     """One log line: each projection's layout and MiB per token, and the total."""
-    rows = streamed_bytes(policy)
+    rows = streamed_bytes(policy, model)
     parts = ", ".join(f"{projection} {layout} {size / MIB:.2f}" for (projection, layout), size in rows.items())
     return f"sglang_rvv: MiB streamed per decode token: {parts}; total {sum(rows.values()) / MIB:.2f}"
 
 
 class MetricsExporter:
-    def __init__(self, policy: RvvPolicy, *, provider: str, cache_state: str):
+    def __init__(self, policy: RvvPolicy, model: torch.nn.Module, *, provider: str, cache_state: str):
         from prometheus_client import Counter, Gauge  # after SGLang set the multiprocess dir
 
         self._policy = policy
+        self._model = weakref.ref(model)  # the policy's model: the runner owns it
         self._calls = Counter(CALLS, "Linear calls seen by the sglang-rvv policy, by route",
                               labelnames=["projection", "route", "bucket"])
         self._packed = Gauge(PACKED_BYTES, "Bytes of module-owned packed weights (scales included)",
@@ -98,7 +97,7 @@ class MetricsExporter:
         """Set the byte gauges from the policy's buffers as they are now."""
         self._report = self._policy.report
         self._packed.set(self._policy.packed_bytes())
-        rows = streamed_bytes(self._policy)
+        rows = streamed_bytes(self._policy, self._model())
         # A multiprocess gauge keeps a label set once written: zero the ones that are gone.
         for projection, layout in self._labels - rows.keys():
             self._projection_bytes.labels(projection=projection, layout=layout).set(0)

@@ -123,7 +123,7 @@ def _after_load_model(result, runner, *args, **kwargs):
         from .metrics import bytes_line
 
         log.info("%s; installed in %.1f s", report.summary(), install_seconds)
-        log.info(bytes_line(policy))
+        log.info(bytes_line(policy, model))
     extra = {"install_seconds": install_seconds}
     cache_state = os.environ.get(STATE_ENV)
     if cache_state:
@@ -143,7 +143,7 @@ def _after_load_model(result, runner, *args, **kwargs):
         from ..ops import PROVIDER_NAME
         from .metrics import MetricsExporter
 
-        exporter = MetricsExporter(policy, provider=PROVIDER_NAME, cache_state=cache_state or "none")
+        exporter = MetricsExporter(policy, model, provider=PROVIDER_NAME, cache_state=cache_state or "none")
         setattr(runner, EXPORTER_ATTR, exporter)
     return result
 
@@ -163,7 +163,7 @@ def _after_load_weights(result, model, *args, **kwargs):
     if report is not None:
         policy = policy_of(model)
         log.info("sglang_rvv: weights updated; packed buffers rebuilt (%s)", report.summary())
-        log.info(bytes_line(policy))
+        log.info(bytes_line(policy, model))
         exporter = MetricsExporter.of(policy)
         if exporter is not None:  # /metrics shows the new buffers before the next forward
             exporter.refresh()
