@@ -6,6 +6,8 @@
 #        (images/scripts/checkpoint.py) and tagged by a digest of its files
 #   make up [same variables] [PORT=30000] [REPLICAS=1]   compose up, wait until healthy, print a
 #        curl line; REPLICAS=N > 1: N appliances on their own CPUs behind the gateway (smg) on PORT
+#        [WEIGHT_DTYPE=bf16|int8|int4] [GROUP_SIZE=N] [LM_HEAD_DTYPE=...]: the packed weight layout,
+#        quantized at load from the BF16 checkpoint (empty: the layout's defaults)
 #   make down
 #   make lock                               refresh the pins that follow from the repo, then check the lock
 #   make images-setup                       podman, its containers.conf, qemu-riscv64 and qemu-aarch64 binfmt
@@ -20,6 +22,9 @@ MODEL ?= $(shell python3 $(IMAGES_SCRIPTS)/lock.py get models.default)
 CACHE ?= cold
 PORT ?= 30000
 REPLICAS ?= 1
+WEIGHT_DTYPE ?= bf16
+GROUP_SIZE ?=
+LM_HEAD_DTYPE ?=
 # up and down need podman-compose alone: a small venv of images/lock.toml's [tools.compose]
 # at requirements/lock.txt's pins and hashes (podman 4.3 has no `podman compose`), not the
 # development venv with torch and SGLang. PODMAN_COMPOSE=... uses another one.
@@ -32,7 +37,8 @@ MODEL :=
 export SGLANG_RVV_CHECKPOINT_DIR := $(abspath $(MODEL_DIR))
 endif
 IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RVV_MODEL=$(MODEL) SGLANG_RVV_CACHE=$(CACHE) \
-	SGLANG_RVV_REPLICAS=$(REPLICAS)
+	SGLANG_RVV_REPLICAS=$(REPLICAS) SGLANG_RVV_WEIGHT_DTYPE=$(WEIGHT_DTYPE) SGLANG_RVV_GROUP_SIZE=$(GROUP_SIZE) \
+	SGLANG_RVV_LM_HEAD_DTYPE=$(LM_HEAD_DTYPE)
 
 .PHONY: image image-base image-runtime image-model image-cache image-gateway images-setup model-dir-check compose-tool lock up down
 

@@ -7,6 +7,10 @@ directory, so it lives apart from the runtime check that every container start r
 
     python -m sglang_rvv.cache_build warm MODEL_DIR CACHE_DIR   # compile every key, write the manifest
     python -m sglang_rvv.cache_build check CACHE_DIR MODEL_DIR  # exit 0 when the cache is usable
+
+Both take the packed layout from the container's variables (``SGLANG_RVV_WEIGHT_DTYPE``,
+``SGLANG_RVV_GROUP_SIZE``, ``SGLANG_RVV_LM_HEAD_DTYPE``; unset: bf16), as the entrypoint does,
+so a cache is warmed for, and checked against, the layout the server will serve.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ import sys
 import time
 from pathlib import Path
 
-from .inductor_cache import MANIFEST, ROUTE_TABLE, check, running_stack
+from .entrypoint import Refusal, policy_config
+from .inductor_cache import MANIFEST, ROUTE_TABLE, check, layout_of, running_stack
 from .jsonfile import write_json
 from .launch.process import SGLangServer
 from .route_table import Choice
+from .srt.flags import layout_flags
 
 
-def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout: float) -> dict:
+def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, config, *, timeout: float) -> dict:
     """Start a server with ``--cpu-rvv-warmup`` on an empty ``cache_dir``, stop it, write the manifest."""
     cache_dir = Path(cache_dir).resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -36,7 +42,8 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout:
     server = SGLangServer(
         model_dir, startup_timeout=timeout, log_path="-",
         env={"TORCHINDUCTOR_CACHE_DIR": str(cache_dir)},
-        extra_args=["--enable-cpu-rvv-inductor", "--cpu-rvv-warmup", "--cpu-rvv-report-path", str(report_path)],
+        extra_args=["--enable-cpu-rvv-inductor", *layout_flags(config), "--cpu-rvv-warmup",
+                    "--cpu-rvv-report-path", str(report_path)],
     )
     with server:
         pass
@@ -50,7 +57,7 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, *, timeout:
     if routes and not (cache_dir / ROUTE_TABLE).exists():
         raise RuntimeError(f"the server measured {len(routes)} routes but wrote no {cache_dir / ROUTE_TABLE}")
     manifest = {
-        **running_stack(model_dir),
+        **running_stack(model_dir, layout_of(config)),
         "shape_keys": warmup["keys"],
         "warmup": {k: warmup[k] for k in ("compiled", "cache_hits", "seconds")},
         "model_dir": str(model_dir),
@@ -75,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     check_cmd.add_argument("cache_dir")
     check_cmd.add_argument("model_dir")
     args = parser.parse_args(argv)
+    try:
+        config = policy_config(os.environ)
+    except Refusal as refusal:
+        parser.error(str(refusal))
     if args.command == "warm":
-        warm(args.model_dir, args.cache_dir, timeout=args.timeout)
+        warm(args.model_dir, args.cache_dir, config, timeout=args.timeout)
         return 0
-    state = check(args.cache_dir, args.model_dir)
+    state = check(args.cache_dir, args.model_dir, layout_of(config))
     print(state)
     return 0 if state.warm else 1
 

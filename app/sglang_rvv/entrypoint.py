@@ -22,6 +22,10 @@ prewarmed cache directory], ``SGLANG_RVV_WARMUP`` [1: compile every shape key
 and measure the route table at load (with a warm cache this only loads artifacts);
 0: compile at first use, every bucket packed], ``SGLANG_RVV_POLICY`` [on; off serves
 without --enable-cpu-rvv-inductor, the baseline for an A/B run],
+``SGLANG_RVV_WEIGHT_DTYPE`` [bf16; int8 or int4 quantize the packed weights at load:
+--cpu-rvv-weight-dtype], ``SGLANG_RVV_GROUP_SIZE`` [the layout's default:
+--cpu-rvv-group-size], ``SGLANG_RVV_LM_HEAD_DTYPE`` [the policy's rule:
+--cpu-rvv-lm-head-dtype] (empty, as compose passes an unset variable, means the default),
 ``TORCHINDUCTOR_CACHE_DIR`` (writable; set by the image), ``OMP_NUM_THREADS``.
 """
 
@@ -41,6 +45,9 @@ EXIT_USAGE = 64
 IMAGE_LOCK = Path("/usr/share/sglang-rvv/lock.json")
 WARM_CACHE = "/usr/share/sglang-rvv/inductor-warm"
 PROG = "sglang-rvv entrypoint"
+# The environment knobs of the packed layout and the RvvPolicyConfig field each sets.
+LAYOUT_ENV = {"SGLANG_RVV_WEIGHT_DTYPE": "weight_dtype", "SGLANG_RVV_GROUP_SIZE": "group_size",
+              "SGLANG_RVV_LM_HEAD_DTYPE": "lm_head_dtype"}
 
 
 class Refusal(Exception):
@@ -116,14 +123,42 @@ def stack_settings(lock_path: Path | None = None) -> tuple[dict[str, str], list[
     return dict(pins.get("sglang_env", {})), list(pins.get("sglang_args", []))
 
 
-def _policy_args(policy: str, warmup: str) -> list[str]:
+def policy_config(env: Mapping[str, str]):
+    """The RvvPolicyConfig of the layout variables; raises Refusal naming the variable."""
+    from .config import RvvPolicyConfig
+    from .layout import WEIGHT_DTYPES
+
+    values = {}
+    for variable, field_name in LAYOUT_ENV.items():
+        text = env.get(variable, "")
+        if field_name == "group_size":
+            if text and not text.isdigit():
+                raise Refusal(f"{variable}={text!r} must be a whole number (0 = one scale per output channel), "
+                              "or unset for the layout's default")
+            values[field_name] = int(text) if text else None
+        elif text and text not in WEIGHT_DTYPES:
+            raise Refusal(f"{variable}={text!r} must be one of {', '.join(WEIGHT_DTYPES)}")
+        else:
+            values[field_name] = text or None
+    try:
+        return RvvPolicyConfig(**{**values, "weight_dtype": values["weight_dtype"] or "bf16"})
+    except ValueError as error:  # a combination: a group size the dtype does not offer
+        raise Refusal(f"SGLANG_RVV_GROUP_SIZE with SGLANG_RVV_WEIGHT_DTYPE: {error}") from None
+
+
+def _policy_args(policy: str, warmup: str, config) -> list[str]:
     if policy not in ("on", "off"):
         raise Refusal(f"SGLANG_RVV_POLICY={policy!r} must be on (the default) or off (serve without the flag)")
     if warmup not in ("1", "0"):
         raise Refusal(f"SGLANG_RVV_WARMUP={warmup!r} must be 1 (warm up at load, the default) or 0")
     if policy == "off":
+        if config != type(config)():
+            raise Refusal("SGLANG_RVV_WEIGHT_DTYPE, _GROUP_SIZE and _LM_HEAD_DTYPE choose the policy's packed layout: "
+                          "unset them with SGLANG_RVV_POLICY=off")
         return []
-    return ["--enable-cpu-rvv-inductor"] + ([] if warmup == "1" else ["--no-cpu-rvv-warmup"])
+    from .srt.flags import layout_flags
+
+    return ["--enable-cpu-rvv-inductor", *layout_flags(config)] + ([] if warmup == "1" else ["--no-cpu-rvv-warmup"])
 
 
 def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
@@ -153,8 +188,10 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
         env.setdefault(name, value)
     notes = [f"stack settings: {' '.join(f'{k}={env[k]}' for k in stack_env)} {' '.join(stack_args)}"
              ] if stack_env or stack_args else []
+    config = policy_config(env)
+    policy_args = _policy_args(env.get("SGLANG_RVV_POLICY", "on"), env.get("SGLANG_RVV_WARMUP", "1"), config)
     warm_dir = Path(env.get("SGLANG_RVV_WARM_CACHE", WARM_CACHE))
-    state = inductor_cache.check(warm_dir, model_dir)
+    state = inductor_cache.check(warm_dir, model_dir, inductor_cache.layout_of(config))
     if state.warm:
         copied = inductor_cache.seed(warm_dir, cache_dir)
         notes.append(f"Inductor cache: {state}; {copied} files copied into {cache_dir}")
@@ -163,7 +200,6 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     else:
         notes.append(f"Inductor cache: {state}")
     env[inductor_cache.STATE_ENV] = "artifact-warm" if state.warm else "artifact-cold"
-    policy_args = _policy_args(env.get("SGLANG_RVV_POLICY", "on"), env.get("SGLANG_RVV_WARMUP", "1"))
     # The image names its model (the lock's key or the checkpoint directory's name); a caller's
     # --served-model-name wins. Without either, SGLang would answer to the path /models/model.
     name = env.get("SGLANG_RVV_MODEL_NAME", "")

@@ -2,14 +2,17 @@
 
 A compiled artifact is only as good as the stack that built it. The manifest
 records that stack (torch version and commit, app version, machine and ATen
-CPU capability, the C++ compiler Inductor calls, the model's config) next to
-the shape keys the warm-up compiled. :func:`check` compares it with the
+CPU capability, the C++ compiler Inductor calls, the model's config, the packed
+weight layout: weight dtype, group size, lm_head dtype) next to the shape keys
+the warm-up compiled. :func:`check` compares it with the
 running stack. Any difference, or a manifest that cannot be read, rejects the
 cache: the server starts artifact-cold with a warning that names the field.
 A cache is never trusted on faith and never stops a start.
 
 Only the config matters of the model: artifacts depend on shapes, which the
-config fixes, never on weight values.
+config fixes, never on weight values. The layout decides which ops were
+compiled, so a cache warmed for another layout is rejected like one built by
+another stack.
 
 The warm-up's measured route table (:data:`ROUTE_TABLE`) lives in the same
 directory, so it ships and seeds with the artifacts. It carries its own stack
@@ -30,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST = "sglang_rvv_cache_manifest.json"
-SCHEMA = 1
+SCHEMA = 2  # 2: the layout fields
+# The RvvPolicyConfig fields that choose the packed layout; the manifest records each.
+LAYOUT_FIELDS = ("weight_dtype", "group_size", "lm_head_dtype")
 ROUTE_TABLE = "sglang_rvv_route_table.json"
 # Set by the container entrypoint to artifact-warm/-cold; the plugin copies it into the policy report.
 STATE_ENV = "SGLANG_RVV_CACHE_STATE"
@@ -73,14 +78,20 @@ def torch_stack() -> dict:
     }
 
 
-def running_stack(model_dir: str | os.PathLike) -> dict:
-    """What a cache must have been built with to be used here."""
+def layout_of(config) -> dict:
+    """The layout fields of an RvvPolicyConfig, as the manifest records them."""
+    return {name: getattr(config, name) for name in LAYOUT_FIELDS}
+
+
+def running_stack(model_dir: str | os.PathLike, layout: dict) -> dict:
+    """What a cache must have been built with to be used here (``layout``: :func:`layout_of`)."""
     config = Path(model_dir) / "config.json"
     return {
         "schema": SCHEMA,
         **torch_stack(),
         "compiler": _compiler_version(),
         "model_config_sha256": hashlib.sha256(config.read_bytes()).hexdigest(),
+        **layout,
     }
 
 
@@ -108,8 +119,8 @@ class CacheState:
         return f"artifact-{'warm' if self.warm else 'cold'} ({self.reason})"
 
 
-def check(cache_dir: str | os.PathLike, model_dir: str | os.PathLike) -> CacheState:
-    """Whether the prewarmed cache in ``cache_dir`` was built for this stack and model."""
+def check(cache_dir: str | os.PathLike, model_dir: str | os.PathLike, layout: dict) -> CacheState:
+    """Whether the prewarmed cache in ``cache_dir`` was built for this stack, model and layout."""
     path = Path(cache_dir) / MANIFEST
     if not path.exists():
         return CacheState(False, f"no prewarmed cache: {path} is absent")
@@ -117,7 +128,7 @@ def check(cache_dir: str | os.PathLike, model_dir: str | os.PathLike) -> CacheSt
         manifest = read_object(path)
     except (OSError, ValueError) as error:
         return CacheState(False, f"prewarmed cache rejected: {path} is unreadable ({error})")
-    differ = differences(manifest, running_stack(model_dir))
+    differ = differences(manifest, running_stack(model_dir, layout))
     if differ:
         return CacheState(False, "prewarmed cache rejected, " + "; ".join(differ))
     keys = manifest.get("shape_keys") or []

@@ -14,7 +14,8 @@
 # built with make image MODEL_DIR=...), SGLANG_RVV_CACHE (cold: the model image; warm: the
 # image with the prewarmed Inductor cache), SGLANG_RVV_IMAGE (overrides both),
 # SGLANG_RVV_UP_TIMEOUT (600 s; 1800 s for an emulated arch), SGLANG_RVV_QEMU_CPU (an emulated
-# arch's lock qemu_cpu), SGLANG_RVV_REPLICAS (1); the rest of the compose files' variables pass through.
+# arch's lock qemu_cpu), SGLANG_RVV_REPLICAS (1); the rest of the compose files' variables pass through
+# (SGLANG_RVV_WEIGHT_DTYPE, SGLANG_RVV_GROUP_SIZE, SGLANG_RVV_LM_HEAD_DTYPE: the packed weight layout).
 # A fleet (SGLANG_RVV_REPLICAS=N): replica I is project sglang-rvv-replica-I on 127.0.0.1:PORT+I
 # with its own share of this host's CPUs (compose/replica.yaml), and the gateway
 # (compose/gateway.yaml, image build-gateway.sh) listens on PORT in front of them all.
@@ -139,7 +140,7 @@ up() {
   workers=$(start_appliances "${arch}" "${port}" "${replicas}" | paste -sd' ' -)
   ((replicas == 1)) || start_gateway "${workers}"
   cat <<MSG
-serving ${model} from ${SGLANG_RVV_IMAGE} on ${SGLANG_RVV_BIND:-127.0.0.1}:${port}$( ((replicas == 1)) || echo " (gateway, ${replicas} replicas)")
+serving ${model} (${SGLANG_RVV_WEIGHT_DTYPE:-bf16} weights) from ${SGLANG_RVV_IMAGE} on ${SGLANG_RVV_BIND:-127.0.0.1}:${port}$( ((replicas == 1)) || echo " (gateway, ${replicas} replicas)")
   curl http://127.0.0.1:${port}/v1/completions -H 'Content-Type: application/json' \\
     -d '{"prompt": "Hello", "max_tokens": 16, "temperature": 0}'
 MSG

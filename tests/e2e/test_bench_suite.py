@@ -42,6 +42,7 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
         "start": {"off-cold", "off-warm", "on-cold", "on-warm"},
         "serving": {"off-c1", "off-c2", "on-c1", "on-c2"},
         "kernel": {"linear"},
+        "layouts": {"linear"},
         "hf_generate": {"generate"},
         "fleet": {f"{layout}-c{c}" for layout in ("1-replica", "2-replicas-gateway") for c in (1, 2, 4, 8)},
     }
@@ -70,6 +71,12 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
     if platform.machine() != "riscv64":  # no native kernels and no cpuinfo isa line here
         assert kernel["provider"] == "generic"
         assert (kernel["kernel_isa"], kernel["vlen"], kernel["isa"]) == (None, None, None)
+    # Every layout has its M=1 cell (--quick: o_proj), measured or named as not available.
+    cells = run.of("layouts")["linear"]["results"]
+    assert [(c["projection"], c["weight_dtype"], c["rows"]) for c in cells] == [
+        ("o_proj", dtype, 1) for dtype in ("bf16", "int8", "int4")]
+    assert cells[0]["bytes_per_call"] == 2048 * 2048 * 2 and cells[0]["packed_gbs"] > 0
+    assert all("packed_us" in c or c["not_available"] for c in cells)
     generate = run.of("hf_generate")["generate"]
     assert generate["repetitions"] == 1 and generate["input_len"] == 64  # --quick
     assert all(len(generate["modes"][mode]["output_ids"]) == 8 for mode in ("off", "on"))

@@ -89,9 +89,9 @@ def test_flag_on_matches_flag_off_and_reports(llama):
         assert_same_greedy(generate_greedy(on, prompt), generate_greedy(off, prompt))
     report = json.loads(report_path.read_text())
     # The settings resolved in the launcher arrived in the scheduler process.
-    assert report["settings"]["compile_mode"] == "regional"
-    assert report["settings"]["packed_weight_mode"] == "explicit"
-    assert report["settings"]["small_batch"] is True
+    config = report["settings"]["config"]
+    assert (config["regional_compile"], config["packed_weight_mode"], config["small_batch"]) == (True, "explicit", True)
+    assert config["weight_dtype"] == "bf16"
     assert report["adapter"] == "sglang" and report["tied_lm_head"] is False
     assert report["packed"][-1] == "lm_head" and len(report["packed"]) == 9
     assert report["skipped"] == {}
@@ -147,6 +147,42 @@ def test_weight_update_is_followed(llama, tmp_path):
         assert_same_greedy(got, want)
     assert "weights updated; packed buffers rebuilt" in on.log_path.read_text()
     assert not any(route == "row_major_invalid" for (_, route, _) in _metrics(on))
+
+
+def _byte_gauges(server: SGLangServer) -> dict[str, float]:
+    """The policy's byte gauges on /metrics: sample (with its labels) -> value."""
+    return {name: float(value) for name, _, value in
+            (line.rpartition(" ") for line in server.get("/metrics").splitlines())
+            if name.startswith(("sglang_rvv_packed_bytes", "sglang_rvv_projection_bytes"))}
+
+
+def test_the_byte_gauges_follow_a_weight_update_that_changes_the_packed_set(tiny_checkpoints, server_logs,
+                                                                             tmp_path):
+    # int8 cannot quantize a weight that is not finite: after the update, layer 0's o_proj falls
+    # back to bf16 (the next wider layout), so the packed bytes grow. The gauges used to keep their
+    # value from the start.
+    from safetensors.torch import load_file, save_file
+
+    second = tmp_path / "llama-inf"
+    write_tiny_checkpoint(second, "llama")
+    weights = load_file(second / "model.safetensors")
+    weights["model.layers.0.self_attn.o_proj.weight"][0, 0] = float("inf")
+    save_file(weights, second / "model.safetensors", metadata={"format": "pt"})
+    # No request is served, so nothing needs compiling: no load-time warm-up, no SGLang warm-up request.
+    server = SGLangServer(tiny_checkpoints["llama"], log_path=server_logs / "llama-int8-gauges.log",
+                          extra_args=[*FLAG, "--cpu-rvv-weight-dtype", "int8", "--enable-metrics",
+                                      "--no-cpu-rvv-warmup", "--skip-server-warmup"])
+    with server:
+        before = _byte_gauges(server)
+        reply = server.post("/update_weights_from_disk", {"model_path": str(second)})
+        assert reply["success"], reply
+        after = _byte_gauges(server)  # no request in between: the update itself refreshes them
+    bf16, int8 = (f'sglang_rvv_projection_bytes{{layout="{name}",projection="o_proj"}}' for name in ("bf16", "int8"))
+    assert before.get(bf16, 0) == 0 and before[int8] > 0, before  # both layers' o_proj in int8
+    assert after[bf16] == 1024 * 1024 * 2 and after[int8] == before[int8] / 2, after  # one layer fell back
+    assert after["sglang_rvv_packed_bytes"] - before["sglang_rvv_packed_bytes"] == after[bf16] - before[int8] / 2
+    packed = sum(v for k, v in after.items() if k.startswith("sglang_rvv_projection_bytes") and "row_major" not in k)
+    assert packed == after["sglang_rvv_packed_bytes"]
 
 
 def test_weight_update_during_a_generation_waits_for_it(llama, tmp_path):

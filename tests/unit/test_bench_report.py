@@ -57,12 +57,13 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
              packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
              slow_m16=True, route_table=True, kernel=True, hf_off=10.0, hf_on=13.0, hf_equal=True,
              hf=True, cell_read_us=None, linear_again=None, provenance=PROVENANCE, kernel_facts=None,
-             kernel_threads=None) -> Path:
+             kernel_threads=None, layouts=None) -> Path:
     """A complete run directory whose derived numbers are known in advance.
 
     ``kernel_threads`` ({thread count: speed-up}, every kernel time divided by it) writes the kernel
     record as ``linear --threads`` does, with ``kernel_facts``; ``None`` writes one from before that
-    (no thread count, the provider only).
+    (no thread count, the provider only). ``layouts`` (the rows ``bench layouts`` measured) writes
+    a layouts step, its ratios derived as that command derives them.
     """
     run_dir = root / name
     results.write_meta(run_dir, {"suite": results.SUITE_COMMAND, "host": "testhost", "started_utc": name,
@@ -125,6 +126,11 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
             results.write_result(run_dir, "kernel", "linear", provenance, None, runs=runs,
                                  **(kernel_facts or {"provider": "generic", "provider_reason": "portable torch ops",
                                                      "kernel_isa": None, "vlen": None, "isa": None}))
+    if layouts is not None:
+        from sglang_rvv.bench.layouts import with_ratios
+
+        results.write_result(run_dir, "layouts", "linear", provenance, None, provider="generic", threads=2,
+                             results=with_ratios(layouts))
     if hf:
         # prefill 0.5 s (128 tok/s); the 7 decode steps at the mode's rate, ± 10 % around the median repetition
         modes = {mode: {"prefill_s": [0.5] * 3, "full_s": [0.5 + 7 / (rate * f) for f in (0.9, 1.0, 1.1)],
@@ -294,7 +300,7 @@ def test_kernel_gbs_per_cell_and_thread_count_side_by_side(tmp_path):
 
 def test_board_targets_are_not_judged_off_the_board(tmp_path):
     run = results.load_run(make_run(tmp_path, slow_m16=False, kernel_threads={4: 1.0, 8: 2.0}))
-    board = targets(run)[5:]
+    board = targets(run)[5:7]
     assert [t.verdict for t in board] == ["not judged: needs a BPI-F3"] * 2
     assert all(t.met is None and t.value is None and t.measured == "n/a" for t in board)
     assert "| **not judged: needs a BPI-F3** |" in render_run(run)
@@ -307,7 +313,7 @@ def test_board_targets_are_not_judged_off_the_board(tmp_path):
 def test_board_targets_on_a_bpi_f3_run(tmp_path, compiled_us, decode_on, met):
     run = results.load_run(make_run(tmp_path, provenance=BOARD_PROVENANCE, kernel_facts=BOARD_FACTS,
                                      kernel_threads={4: 0.9, 8: 1.0}, compiled_us=compiled_us, decode_on=decode_on))
-    kernel_target, decode = targets(run)[5:]
+    kernel_target, decode = targets(run)[5:7]
     assert [kernel_target.met, decode.met] == met
     best = O_PROJ_BYTES / compiled_us / 1e3
     assert kernel_target.value == pytest.approx(best) and kernel_target.measured == (
@@ -322,7 +328,7 @@ def test_the_decode_board_target_is_for_qwen3_only(tmp_path):
     provenance = {**BOARD_PROVENANCE, "model": {**PROVENANCE["model"], "generated_shape": "llama-3.2-1b"}}
     run = results.load_run(make_run(tmp_path, provenance=provenance, kernel_facts=BOARD_FACTS,
                                     kernel_threads={8: 1.0}))
-    kernel_target, decode = targets(run)[5:]
+    kernel_target, decode = targets(run)[5:7]
     assert kernel_target.met is True  # the kernel's shapes are its own, whatever the model
     assert decode.verdict == "not judged: the target is for Qwen3-0.6B, this run's model is llama-3.2-1b"
     shaped = {**BOARD_PROVENANCE, "model": {**PROVENANCE["model"], "generated_shape": "qwen3-0.6b"}}
@@ -384,3 +390,40 @@ def test_result_of_another_schema_is_refused(tmp_path):
     path.write_text(json.dumps({**json.loads(path.read_text()), "schema": 2}))
     with pytest.raises(results.RunDirError, match="kernel/linear.json has schema 2"):
         results.load_run(run_dir)
+
+
+def _layout_row(weight_dtype, packed_us, read_us, bytes_per_call, projection="o_proj", rows=1, linear_us=300.0):
+    return dict(projection=projection, n=2048, k=2048, weight_dtype=weight_dtype, rows=rows, routes=["packed_compiled"],
+                bytes_per_call=bytes_per_call, packed_us=packed_us, linear_us=linear_us, read_us=read_us)
+
+
+def test_layouts_per_layout_bytes_per_token_ratios_and_the_bandwidth_target(tmp_path):
+    rows = [_layout_row("bf16", 100.0, 90.0, 8 * MIB), _layout_row("bf16", 50.0, 45.0, 4 * MIB, "qkv_proj"),
+            _layout_row("int8", 60.0, 40.0, 4 * MIB + 64 * 1024),  # 67 %: below 85 %
+            _layout_row("int8", 30.0, 27.0, 2 * MIB, "qkv_proj"),
+            dict(projection="o_proj", n=2048, k=2048, weight_dtype="int4", rows=1, not_available="packed as bf16"),
+            dict(projection="qkv_proj", n=2048, k=2048, weight_dtype="int4", rows=1, not_available="packed as bf16")]
+    run = results.load_run(make_run(tmp_path, slow_m16=False, layouts=rows))
+    by_name = {t.name: t for t in targets(run)}
+    bf16 = by_name["bf16: M=1 packed GB/s / same-rounds read of its packed tensors (layouts)"]
+    assert bf16.met is True and bf16.value == pytest.approx(135 / 150)
+    int8 = by_name["int8: M=1 packed GB/s / same-rounds read of its packed tensors (layouts)"]
+    assert int8.met is False and int8.value == pytest.approx(67 / 90)
+    assert "MiB per token over 2 projections" in int8.measured
+    int4 = by_name["int4: M=1 packed GB/s / same-rounds read of its packed tensors (layouts)"]
+    assert int4.met is None and int4.measured == "not available: packed as bf16"
+    decode = by_name["int4 decode tok/s / bf16 packed, 1B-shaped HF model (HF generate)"]
+    assert decode.threshold == "≥ 1.6×" and decode.verdict == "not judged: the HF generate step measures bf16 only"
+    markdown = render_run(run)
+    section = markdown.split("## Weight layouts (Linear microbenchmark per layout)")[1].split("\n## ")[0]
+    # bf16: 12 MiB per token in 150 µs; int8: its real bytes (scales included) in 90 µs, 150/90 the bf16 time.
+    assert f"| bf16 | 12.0 | 2 | {12 * MIB / 150e-6 / 1e9:,.1f} | 1.00 | 4.00 | 90% |" in section
+    assert f"| int8 | {(6 * MIB + 64 * 1024) / MIB:,.1f} | 2 | {(6 * MIB + 64 * 1024) / 90e-6 / 1e9:,.1f} | 1.67 |" \
+        in section
+    assert "| int4 | not available: packed as bf16 |" in section
+    assert "| o_proj | 2048x2048 | int4 | 1 | not available: packed as bf16 |" in section
+
+
+def test_a_run_without_the_layouts_step_says_so(tmp_path):
+    markdown = render_run(results.load_run(make_run(tmp_path)))
+    assert "_no layouts step in this run_" in markdown

@@ -34,7 +34,8 @@ def _warm_dir(tmp_path, model_dir, **changes):
     warm = tmp_path / "warm"
     (warm / "fxgraph" / "ab").mkdir(parents=True)
     (warm / "fxgraph" / "ab" / "artifact").write_text("compiled")
-    manifest = {**inductor_cache.running_stack(model_dir), "shape_keys": ["o_proj m=1 64x64 explicit_packed"]}
+    bf16 = inductor_cache.layout_of(entrypoint.policy_config({}))
+    manifest = {**inductor_cache.running_stack(model_dir, bf16), "shape_keys": ["o_proj m=1 64x64 explicit_packed"]}
     manifest.update(changes)
     (warm / inductor_cache.MANIFEST).write_text(json.dumps(manifest))
     return warm
@@ -101,7 +102,7 @@ def test_a_tampered_manifest_is_rejected_with_a_warning_and_nothing_is_copied(tm
 def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_dir):
     warm = _warm_dir(tmp_path, model_dir)
     (warm / inductor_cache.MANIFEST).write_text("{not json")
-    state = inductor_cache.check(warm, model_dir)
+    state = inductor_cache.check(warm, model_dir, inductor_cache.layout_of(entrypoint.policy_config({})))
     assert not state.warm and "unreadable" in state.reason
     assert plan([], environ).env[inductor_cache.STATE_ENV] == "artifact-cold"
 
@@ -119,6 +120,14 @@ def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_d
         (lambda env, model: env.update(SGLANG_RVV_WARMUP="yes"), "SGLANG_RVV_WARMUP='yes' must be 1"),
         (lambda env, model: env.update(SGLANG_RVV_POLICY="1"), "SGLANG_RVV_POLICY='1' must be on"),
         (lambda env, model: env.update(OMP_NUM_THREADS="all"), "positive thread count"),
+        (lambda env, model: env.update(SGLANG_RVV_WEIGHT_DTYPE="fp8"),
+         "SGLANG_RVV_WEIGHT_DTYPE='fp8' must be one of bf16, int8, int4"),
+        (lambda env, model: env.update(SGLANG_RVV_LM_HEAD_DTYPE="int2"), "SGLANG_RVV_LM_HEAD_DTYPE='int2' must be"),
+        (lambda env, model: env.update(SGLANG_RVV_GROUP_SIZE="big"), "SGLANG_RVV_GROUP_SIZE='big' must be a whole"),
+        (lambda env, model: env.update(SGLANG_RVV_WEIGHT_DTYPE="int4", SGLANG_RVV_GROUP_SIZE="48"),
+         "SGLANG_RVV_GROUP_SIZE with SGLANG_RVV_WEIGHT_DTYPE: "),
+        (lambda env, model: env.update(SGLANG_RVV_POLICY="off", SGLANG_RVV_WEIGHT_DTYPE="int8"),
+         "unset them with SGLANG_RVV_POLICY=off"),
     ],
 )
 def test_refusals_are_one_clear_line_and_exit_64(environ, model_dir, monkeypatch, capsys, change, message):
@@ -153,3 +162,50 @@ def test_the_image_stack_settings_reach_sglang(tmp_path, environ, monkeypatch):
                for note in result.notes), result.notes
     monkeypatch.setattr(entrypoint, "IMAGE_LOCK", tmp_path / "absent.json")
     assert entrypoint.stack_settings() == ({}, [])
+
+
+def test_the_layout_variables_become_the_flags(environ):
+    command = plan([], environ).command
+    assert command[command.index("--cpu-rvv-weight-dtype") + 1] == "bf16"  # the default, said out loud
+    assert "--cpu-rvv-group-size" not in command and "--cpu-rvv-lm-head-dtype" not in command
+    # compose passes an unset variable as "": the default, not a refusal.
+    assert plan([], {**environ, "SGLANG_RVV_WEIGHT_DTYPE": "", "SGLANG_RVV_GROUP_SIZE": ""}).command == command
+    command = plan([], {**environ, "SGLANG_RVV_WEIGHT_DTYPE": "int4", "SGLANG_RVV_GROUP_SIZE": "64",
+                        "SGLANG_RVV_LM_HEAD_DTYPE": "int8"}).command
+    assert command[command.index("--cpu-rvv-weight-dtype") + 1] == "int4"
+    assert command[command.index("--cpu-rvv-group-size") + 1] == "64"
+    assert command[command.index("--cpu-rvv-lm-head-dtype") + 1] == "int8"
+
+
+def test_the_flags_the_entrypoint_writes_parse_back_to_its_config():
+    import argparse
+
+    from sglang_rvv.srt import flags
+
+    config = entrypoint.policy_config({"SGLANG_RVV_WEIGHT_DTYPE": "int8", "SGLANG_RVV_GROUP_SIZE": "128"})
+    parser = argparse.ArgumentParser()
+    flags.add_arguments(parser)
+    parsed = flags.resolve(parser.parse_args(["--enable-cpu-rvv-inductor", *flags.layout_flags(config)])).config
+    assert inductor_cache.layout_of(parsed) == inductor_cache.layout_of(config) == {
+        "weight_dtype": "int8", "group_size": 128, "lm_head_dtype": None}
+
+
+def test_a_cache_warmed_for_another_layout_is_ignored_naming_why(tmp_path, environ, model_dir):
+    _warm_dir(tmp_path, model_dir)  # warmed for bf16
+    result = plan([], {**environ, "SGLANG_RVV_WEIGHT_DTYPE": "int8"})
+    assert result.env[inductor_cache.STATE_ENV] == "artifact-cold"
+    warning = next(note for note in result.notes if note.startswith("warning:"))
+    assert "weight_dtype: cache 'bf16', running 'int8'" in warning
+    assert not (tmp_path / "cache" / "key" / "fxgraph").exists()  # nothing of it was copied
+    assert plan([], environ).env[inductor_cache.STATE_ENV] == "artifact-warm"  # the layout it was warmed for
+
+
+def test_a_manifest_without_the_layout_is_rejected(tmp_path, environ, model_dir):
+    warm = _warm_dir(tmp_path, model_dir)
+    manifest = json.loads((warm / inductor_cache.MANIFEST).read_text())
+    for name in inductor_cache.LAYOUT_FIELDS:
+        del manifest[name]
+    (warm / inductor_cache.MANIFEST).write_text(json.dumps({**manifest, "schema": 1}))
+    state = inductor_cache.check(warm, model_dir, inductor_cache.layout_of(entrypoint.policy_config({})))
+    assert not state.warm and "schema: cache 1, running 2" in state.reason
+    assert "weight_dtype: cache None, running 'bf16'" in state.reason

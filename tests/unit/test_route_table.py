@@ -228,7 +228,7 @@ def test_the_flag_switches_measurement():
     def config(*argv):
         parser = argparse.ArgumentParser()
         flags.add_arguments(parser)
-        return flags.resolve(parser.parse_args(["--enable-cpu-rvv-inductor", *argv])).policy_config()
+        return flags.resolve(parser.parse_args(["--enable-cpu-rvv-inductor", *argv])).config
 
     assert config().measure_routes is True
     assert config("--no-cpu-rvv-measure-routes").measure_routes is False

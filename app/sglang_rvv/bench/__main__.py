@@ -1,13 +1,13 @@
-"""``python -m sglang_rvv.bench {linear,one-batch,suite} [options]``."""
+"""``python -m sglang_rvv.bench {linear,layouts,one-batch,suite} [options]``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import linear, one_batch, suite
+from . import layouts, linear, one_batch, suite
 
-SUITES = {"linear": linear, "one-batch": one_batch, "suite": suite}
+SUITES = {"linear": linear, "layouts": layouts, "one-batch": one_batch, "suite": suite}
 
 
 def main(argv: list[str] | None = None) -> int:

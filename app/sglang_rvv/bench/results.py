@@ -9,6 +9,8 @@
         serving/<mode>-c<N>.json       one concurrency level: every request's timings
         kernel/linear.json             the Linear microbenchmark (bench/linear.py --json): the kernel
                                        facts, then one entry of ``runs`` per thread count
+        layouts/linear.json            the same per weight layout (bench/layouts.py --json): one row
+                                       per (projection, layout, M), or its ``not_available`` reason
         hf_generate/generate.json      Hugging Face generate, both modes: raw times, output ids
         fleet/<layout>-c<N>.json       one concurrency level through one URL (a server, or the
                                        gateway in front of two): its CPU split, every request's timings
@@ -40,7 +42,7 @@ from ..jsonfile import write_json
 
 SCHEMA = 1
 META = "meta.json"
-KINDS = ("one_batch", "start", "serving", "kernel", "hf_generate", "fleet")
+KINDS = ("one_batch", "start", "serving", "kernel", "layouts", "hf_generate", "fleet")
 COLD, WARM = "artifact-cold", "artifact-warm"
 SUITE_COMMAND = "python -m sglang_rvv.bench suite"
 

@@ -18,6 +18,10 @@ One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
   weights streamed per cell, at 4 and at 8 threads on a machine with 8 or more usable
   CPUs (see :data:`KERNEL_THREADS`), else at the suite's one thread count; it records
   the kernel provider, the native kernels' ISA and VLEN, and /proc/cpuinfo's ``isa``;
+* layouts: the Linear microbenchmark per weight layout (``python -m sglang_rvv.bench layouts``):
+  bf16, int8 and int4 packed side by side, GB/s of the bytes each really streams (scales
+  included), their ratios to bf16 packed and to F.linear, M=1 against a same-rounds read; a
+  layout this build cannot pack is recorded as not available, with the reason;
 * hf-generate: Hugging Face ``generate`` (input 64, 8 new tokens, greedy) row-major, then
   with the policy installed and warmed up, on one model in one process
   (:mod:`sglang_rvv.bench.hf_generate`): prefill and decode tok/s, median over 3
@@ -48,12 +52,13 @@ from .meta import provenance
 from .progress import Progress
 from .results import COLD, WARM, log_path, m1_gbs, policy_report_path, thread_counts, write_result
 
-STEPS = ("one-batch", "serving", "kernel", "hf-generate", "fleet")
+STEPS = ("one-batch", "serving", "kernel", "layouts", "hf-generate", "fleet")
 CONCURRENCY = (1, 2)
 FULL = {"runs": 3, "requests": 4, "repetitions": hf_generate.REPETITIONS}
 QUICK = {"runs": 1, "requests": 2, "repetitions": 1}
 # --quick: one cheap projection at decode (M=1), for tests.
 KERNEL_QUICK = ["--projections", "o_proj", "--rows", "1", "--min-time", "0.05"]
+LAYOUTS_QUICK = KERNEL_QUICK
 # The kernel step's thread counts on a machine with at least max(KERNEL_THREADS) usable CPUs: on
 # the K1 (8 cores, two clusters of 4 sharing one memory controller) one cluster, then both; some
 # K1 kernels decode slower at 8 than at 4. A smaller machine (CI's 2 cores, qemu on them) keeps
@@ -217,6 +222,15 @@ def run_kernel(run_dir: Path, prov: dict, quick: bool, threads: list[int] | None
     write_result(run_dir, "kernel", "linear", prov, None, command=command, **result)
 
 
+def run_layouts(run_dir: Path, prov: dict, quick: bool, progress: Progress) -> None:
+    command = ["sglang_rvv.bench", "layouts", *(LAYOUTS_QUICK if quick else [])]
+    with progress.step("layouts: the Linear microbenchmark per weight layout"):
+        result = _run_json_step(run_dir, "kernel-layouts", command)
+    missing = sorted({r["weight_dtype"] for r in result["results"] if "not_available" in r})
+    progress.say(f"  {len(result['results'])} cells" + (f"; not available: {', '.join(missing)}" if missing else ""))
+    write_result(run_dir, "layouts", "linear", prov, None, command=command, **result)
+
+
 def run_hf_generate(model: Path, run_dir: Path, prov: dict, repetitions: int, seed: int,
                     progress: Progress) -> None:
     report = policy_report_path(run_dir, "hf_generate")
@@ -256,6 +270,8 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
             run_serving(model, run_dir, prov, requests, args.seed, progress)
         if "kernel" not in args.skip:
             run_kernel(run_dir, prov, args.quick, threads, progress)
+        if "layouts" not in args.skip:
+            run_layouts(run_dir, prov, args.quick, progress)
         if "hf-generate" not in args.skip:
             run_hf_generate(model, run_dir, prov, repetitions, args.seed, progress)
         if "fleet" not in args.skip:

@@ -13,6 +13,10 @@ stays row-major, and both run side by side:
   SQNR >= 35 dB;
 * the packed route was taken (at M=1 and in bucket 4 among others).
 
+``--weight-dtype int8|int4`` (``--group-size N``) packs the quantized layout instead and
+holds it to that layout's floor (``comparison.FLOORS``: a lower SQNR, greedy picks counted,
+not judged); a run in which no projection took the layout fails, naming why.
+
 No transformers, SGLang or safetensors package is needed, so it runs where the
 only torch is a distribution's (Debian's python3-torch on riscv64, under qemu
 too). Exit status: 0 passed, 1 mismatch (the report names it), 2 unusable

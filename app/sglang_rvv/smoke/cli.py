@@ -21,10 +21,11 @@ from torch import nn
 
 from .. import RvvPolicyConfig, install_rvv_policy
 from ..adapters import hf_named_adapter
+from ..layout import WEIGHT_DTYPES
 from ..ops import PROVIDER_NAME
 from ..policy import PolicyReport, policy_of
 from ..routing import Route
-from .comparison import MIN_SQNR_DB, compare
+from .comparison import FLOORS, compare
 from .decoder import load_model
 from .reader import SmokeError
 
@@ -40,6 +41,8 @@ class SmokeResult:
     torch: str
     provider: str
     regional_compile: bool
+    weight_dtype: str
+    floor: dict
     policy: dict
     routes: dict[str, dict[str, int]]  # route -> {bucket: calls}
     comparison: dict
@@ -75,12 +78,19 @@ def _routes(model: nn.Module) -> dict[str, dict[str, int]]:
     return routes
 
 
-def policy_failures(report: PolicyReport, routes: dict[str, dict[str, int]], regional_compile: bool) -> list[str]:
+def policy_failures(report: PolicyReport, routes: dict[str, dict[str, int]], regional_compile: bool,
+                    weight_dtype: str = "bf16") -> list[str]:
     """What the install and the routes hit must show for the smoke to mean anything."""
     if report.adapter is None:
         return [f"the policy was not installed: {report.reason}"]
     if not report.packed:
         return [f"nothing was packed: {sorted(set(report.skipped.values()))}"]
+    # A quantized run that quietly packed bf16 would pass the bf16-close floor: refuse it.
+    taken = set((asdict(report).get("layouts") or {}).values())
+    if weight_dtype != "bf16" and weight_dtype not in taken:
+        return [f"no projection took the {weight_dtype} layout (layouts: {sorted(taken) or 'none reported'}; "
+                f"skipped: {sorted(set(report.skipped.values()))}): this build cannot check --weight-dtype "
+                f"{weight_dtype}"]
     route = Route.PACKED_COMPILED if regional_compile else Route.PACKED_EAGER
     hit = routes.get(route, {})
     missing = [bucket for bucket in ("1", "4") if not hit.get(bucket)]
@@ -89,8 +99,10 @@ def policy_failures(report: PolicyReport, routes: dict[str, dict[str, int]], reg
     return []
 
 
-def run_smoke(model_dir: Path, regional_compile: bool = False) -> SmokeResult:
-    """Load ``model_dir`` twice, install the policy on one copy, compare with the other."""
+def run_smoke(model_dir: Path, config: RvvPolicyConfig) -> SmokeResult:
+    """Load ``model_dir`` twice, install the policy on one copy, compare with the other at the
+    layout's floor (:data:`~.comparison.FLOORS`)."""
+    regional_compile, weight_dtype = config.regional_compile, config.weight_dtype
     seconds = {}
     start = time.perf_counter()
     reference = load_model(model_dir)
@@ -98,13 +110,12 @@ def run_smoke(model_dir: Path, regional_compile: bool = False) -> SmokeResult:
     seconds["load"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    report = install_rvv_policy(
-        candidate, RvvPolicyConfig(regional_compile=regional_compile), adapter=hf_named_adapter()
-    )
+    report = install_rvv_policy(candidate, config, adapter=hf_named_adapter())
     seconds["install"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    comparison = compare(reference, candidate)
+    floor = FLOORS[weight_dtype]
+    comparison = compare(reference, candidate, floor=floor)
     seconds["compare"] = time.perf_counter() - start
 
     routes = _routes(candidate)
@@ -113,14 +124,14 @@ def run_smoke(model_dir: Path, regional_compile: bool = False) -> SmokeResult:
         model_dir=str(model_dir), model_type=config.model_type, layers=config.num_hidden_layers,
         tied_lm_head=config.tie_word_embeddings, machine=platform.machine(),
         python=platform.python_version(), torch=torch.__version__, provider=PROVIDER_NAME,
-        regional_compile=regional_compile, policy=asdict(report), routes=routes,
-        comparison={**asdict(comparison), "passed": comparison.passed}, seconds=seconds,
-        failures=policy_failures(report, routes, regional_compile) + comparison.failures,
+        regional_compile=regional_compile, weight_dtype=weight_dtype, floor=asdict(floor), policy=asdict(report),
+        routes=routes, comparison={**asdict(comparison), "passed": comparison.passed}, seconds=seconds,
+        failures=policy_failures(report, routes, regional_compile, weight_dtype) + comparison.failures,
     )
 
 
 def format_report(result: SmokeResult) -> str:
-    policy, comparison = result.policy, result.comparison
+    policy, comparison, floor = result.policy, result.comparison, result.floor
     reasons: dict[str, int] = {}
     for reason in policy["skipped"].values():
         reasons[reason] = reasons.get(reason, 0) + 1
@@ -139,12 +150,13 @@ def format_report(result: SmokeResult) -> str:
         f"provider {result.provider}",
         f"  policy    adapter {policy['adapter']}, packed {len(policy['packed'])} "
         f"({policy['packed_bytes'] / 2**20:.1f} MiB), skipped {len(policy['skipped'])}"
-        f"{f' ({skipped})' if skipped else ''}, regional_compile {'on' if result.regional_compile else 'off'}",
+        f"{f' ({skipped})' if skipped else ''}, regional_compile {'on' if result.regional_compile else 'off'}, "
+        f"weights {result.weight_dtype}",
         f"  routes    {routes or 'none'}",
-        f"  prefill   logits SQNR {prefill or 'n/a'} (min {MIN_SQNR_DB:.0f} dB)",
+        f"  prefill   logits SQNR {prefill or 'n/a'} (min {floor['min_sqnr_db']:.0f} dB for {result.weight_dtype})",
         f"  decode    {comparison['equal_picks']}/{comparison['picks']} greedy picks equal "
-        f"({len(comparison['near_ties'])} near ties), {comparison['decode_steps']} steps at M=1 and M=3 "
-        f"(bucket 4); min step SQNR {decode or 'n/a'}",
+        f"({len(comparison['near_ties'])} near ties{'' if floor['judge_picks'] else ', picks not judged'}), "
+        f"{comparison['decode_steps']} steps at M=1 and M=3 (bucket 4); min step SQNR {decode or 'n/a'}",
         "  seconds   " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()),
     ]
     lines += [f"  near tie  {tie}" for tie in comparison["near_ties"]]
@@ -161,9 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model_dir", type=Path, help="checkpoint directory: config.json + *.safetensors")
     parser.add_argument("--compile", action="store_true", help="regional compile on (slow: Inductor per key)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of text")
+    parser.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="bf16",
+                        help="the packed layout to check (int8/int4: quantized at load; each has its floor)")
+    parser.add_argument("--group-size", type=int, default=None, metavar="N",
+                        help="int8/int4 weights per scale along K (0 = per output channel); default the layout's")
     args = parser.parse_args(argv)
     try:
-        result = run_smoke(args.model_dir, regional_compile=args.compile)
+        config = RvvPolicyConfig(regional_compile=args.compile, weight_dtype=args.weight_dtype,
+                                 group_size=args.group_size)
+    except ValueError as error:  # the choices passed argparse: a group size the layout lacks
+        parser.error(f"argument --group-size: {error}")
+    try:
+        result = run_smoke(args.model_dir, config)
     except SmokeError as exc:
         print(f"sglang_rvv smoke: error: {exc}", file=sys.stderr)
         return 2

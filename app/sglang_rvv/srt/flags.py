@@ -11,6 +11,7 @@ import argparse
 from dataclasses import dataclass
 
 from ..config import PACKED_WEIGHT_MODES, RvvPolicyConfig
+from ..layout import QUANTIZED, WEIGHT_DTYPES
 
 COMPILE_MODES = ("off", "regional")
 UMBRELLA = "--enable-cpu-rvv-inductor"
@@ -27,6 +28,17 @@ def _non_negative_mib(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 (MiB of packed weights)")
     return value
+
+
+def _group_size(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 = one scale per output channel)")
+    return int(text)
+
+
+def _group_size_choices() -> str:
+    return "; ".join(f"{name}: {', '.join(map(str, layout.group_sizes))} (default {layout.default_group_size})"
+                     for name, layout in QUANTIZED.items())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpu-rvv-memory-budget-mib", type=_non_negative_mib, default=None, metavar="N",
                        help="Cap packed weights at N MiB; projections past it stay row-major. "
                             "Default: available memory (cgroup limits included) minus a reserve.")
+    group.add_argument("--cpu-rvv-weight-dtype", choices=WEIGHT_DTYPES, default="bf16",
+                       help="The packed weights' layout, quantized at load from the BF16 checkpoint "
+                            "(weight-only; activations stay BF16). Default: bf16.")
+    group.add_argument("--cpu-rvv-group-size", type=_group_size, default=None, metavar="N",
+                       help="Weights per scale along K for int8/int4 (0 = one scale per output channel). "
+                            f"Choices: {_group_size_choices()}.")
+    group.add_argument("--cpu-rvv-lm-head-dtype", choices=WEIGHT_DTYPES, default=None,
+                       help="The lm_head's layout. Default: the weight dtype, but never below int8.")
     group.add_argument("--cpu-rvv-warmup", action=argparse.BooleanOptionalAction, default=True,
                        help="Compile every shape key (projection x bucket) at load, before the first "
                             "request, and build the route table; with a warm Inductor cache this only "
@@ -64,27 +84,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class RvvSettings:
     """What the flags resolved to; travels to the scheduler processes on ServerArgs."""
 
-    compile_mode: str
-    packed_weight_mode: str
-    small_batch: bool
-    memory_budget_mib: float | None
+    config: RvvPolicyConfig
     report_path: str | None
     warmup: bool
-    measure_routes: bool
     enabled_by: str  # the flag that turned the policy on, for messages
 
     @property
     def active(self) -> bool:
-        return self.compile_mode == "regional" or self.packed_weight_mode == "explicit"
+        return self.config.regional_compile or self.config.packed_weight_mode == "explicit"
 
-    def policy_config(self) -> RvvPolicyConfig:
+
+def _config(values: dict, args: argparse.Namespace) -> RvvPolicyConfig:
+    try:
         return RvvPolicyConfig(
-            packed_weight_mode=self.packed_weight_mode,
-            small_batch=self.small_batch,
-            regional_compile=self.compile_mode == "regional",
-            memory_budget_mib=self.memory_budget_mib,
-            measure_routes=self.measure_routes,
+            packed_weight_mode=values["cpu_rvv_packed_weight_mode"] or "off",
+            small_batch=bool(values["cpu_rvv_small_batch"]),
+            regional_compile=values["cpu_compile_mode"] == "regional",
+            memory_budget_mib=getattr(args, "cpu_rvv_memory_budget_mib", None),
+            measure_routes=bool(getattr(args, "cpu_rvv_measure_routes", True)),
+            weight_dtype=args.cpu_rvv_weight_dtype,
+            group_size=args.cpu_rvv_group_size,
+            lm_head_dtype=args.cpu_rvv_lm_head_dtype,
         )
+    except ValueError as error:
+        # argparse already checked each value alone; what is left is how they combine.
+        flag = "--cpu-rvv-group-size" if args.cpu_rvv_group_size is not None else "--cpu-rvv-weight-dtype"
+        raise ValueError(f"argument {flag}: {error}") from None
 
 
 def resolve(args: argparse.Namespace) -> RvvSettings:
@@ -95,19 +120,31 @@ def resolve(args: argparse.Namespace) -> RvvSettings:
         given = getattr(args, name, None)
         values[name] = given if given is not None else (umbrella_value if umbrella else None)
     settings = RvvSettings(
-        compile_mode=values["cpu_compile_mode"] or "off",
-        packed_weight_mode=values["cpu_rvv_packed_weight_mode"] or "off",
-        small_batch=bool(values["cpu_rvv_small_batch"]),
-        memory_budget_mib=getattr(args, "cpu_rvv_memory_budget_mib", None),
+        config=_config(values, args),
         report_path=getattr(args, "cpu_rvv_report_path", None),
         warmup=bool(getattr(args, "cpu_rvv_warmup", True)),
-        measure_routes=bool(getattr(args, "cpu_rvv_measure_routes", True)),
         enabled_by=UMBRELLA if umbrella else (
             "--cpu-rvv-packed-weight-mode" if values["cpu_rvv_packed_weight_mode"] == "explicit"
             else "--cpu-compile-mode"),
     )
+    quantized = [flag for flag, value in (("--cpu-rvv-weight-dtype", settings.config.weight_dtype),
+                                          ("--cpu-rvv-lm-head-dtype", settings.config.lm_head_dtype))
+                 if value not in (None, "bf16")]
+    if quantized and settings.config.packed_weight_mode != "explicit":
+        raise ValueError(f"argument {quantized[0]}: quantized layouts are packed weights; add {UMBRELLA} "
+                         "(or --cpu-rvv-packed-weight-mode explicit)")
     device = getattr(args, "device", None)
     if settings.active and device not in (None, "cpu"):
         raise ValueError(f"argument {settings.enabled_by}: the RVV policy runs on --device cpu, got "
                          f"--device {device}; drop the flag or serve on the CPU")
     return settings
+
+
+def layout_flags(config: RvvPolicyConfig) -> list[str]:
+    """The flags that give a server ``config``'s packed layout (for the entrypoint and cache builds)."""
+    argv = ["--cpu-rvv-weight-dtype", config.weight_dtype]
+    if config.group_size is not None:
+        argv += ["--cpu-rvv-group-size", str(config.group_size)]
+    if config.lm_head_dtype is not None:
+        argv += ["--cpu-rvv-lm-head-dtype", config.lm_head_dtype]
+    return argv

@@ -7,12 +7,13 @@ Hooks (SGLang's HookRegistry):
   only dataclass fields, so the settings ride on the ServerArgs object as an
   attribute, which survives the pickling into each scheduler process.
 * AFTER ``ModelRunner.load_model``: in each scheduler process, after weights
-  are loaded and post-processed, install the policy, log one line, write the
-  report and set up metrics.
+  are loaded and post-processed, install the policy, log its summary and the
+  bytes each projection streams per token, write the report and set up metrics.
 * AFTER ``ModelRunner.forward``: flush counters into Prometheus.
 * AFTER ``<Model>.load_weights``: every weight update (from disk, tensors,
   distributed) copies into the existing storage, which no pointer check can
-  see; free and rebuild the packed buffers after each one.
+  see; free and rebuild the packed buffers after each one, and refresh the byte
+  gauges of ``/metrics``.
 * AROUND ``SchedulerWeightUpdaterManager.update_weights_from_disk`` and AFTER
   ``Scheduler.process_input_requests``: a disk weight update that reaches a busy
   scheduler waits until it is idle, or is refused with a clean error, instead of
@@ -111,15 +112,18 @@ def _after_load_model(result, runner, *args, **kwargs):
     model = runner.model
     started = time.monotonic()
     try:
-        report = install_rvv_policy(model, settings.policy_config())
+        report = install_rvv_policy(model, settings.config)
     except Exception as error:  # serving never fails because of the policy
         log.warning("sglang_rvv: policy not installed, serving row-major: %s: %s", type(error).__name__, error)
         return result
     # Packing is part of every flag-on start, warm cache or not: the start benchmark reports it.
     install_seconds = time.monotonic() - started
-    if report.adapter is not None:  # an unknown architecture was already warned about
-        log.info("%s; installed in %.1f s", report.summary(), install_seconds)
     policy = policy_of(model)
+    if report.adapter is not None:  # an unknown architecture was already warned about
+        from .metrics import bytes_line
+
+        log.info("%s; installed in %.1f s", report.summary(), install_seconds)
+        log.info(bytes_line(policy, model))
     extra = {"install_seconds": install_seconds}
     cache_state = os.environ.get(STATE_ENV)
     if cache_state:
@@ -139,7 +143,7 @@ def _after_load_model(result, runner, *args, **kwargs):
         from ..ops import PROVIDER_NAME
         from .metrics import MetricsExporter
 
-        exporter = MetricsExporter(policy, provider=PROVIDER_NAME, cache_state=cache_state or "none")
+        exporter = MetricsExporter(policy, model, provider=PROVIDER_NAME, cache_state=cache_state or "none")
         setattr(runner, EXPORTER_ATTR, exporter)
     return result
 
@@ -152,11 +156,17 @@ def _after_forward(result, runner, *args, **kwargs):
 
 
 def _after_load_weights(result, model, *args, **kwargs):
-    from ..policy import invalidate_rvv_packed_weights
+    from ..policy import invalidate_rvv_packed_weights, policy_of
+    from .metrics import MetricsExporter, bytes_line
 
     report = invalidate_rvv_packed_weights(model)
     if report is not None:
+        policy = policy_of(model)
         log.info("sglang_rvv: weights updated; packed buffers rebuilt (%s)", report.summary())
+        log.info(bytes_line(policy, model))
+        exporter = MetricsExporter.of(policy)
+        if exporter is not None:  # /metrics shows the new buffers before the next forward
+            exporter.refresh()
     return result
 
 

@@ -14,6 +14,7 @@ from .summaries import (
     fleet_summary,
     hf_generate,
     kernel,
+    layouts,
     levels,
     linear_calls,
     one_batch_summary,
@@ -270,6 +271,27 @@ def _hf_generate_md(run: Run) -> str:
             + _table(["mode", "repetitions", "prefill tok/s", "decode tok/s", "generated ids"], rows))
 
 
+def _layouts_md(run: Run) -> str:
+    from ..layouts import format_table
+
+    lay = layouts(run)
+    if lay is None:
+        return "_no layouts step in this run_"
+    rows = []
+    for name, v in lay["layouts"].items():
+        if "not_available" in v:
+            rows.append([name, f"not available: {v['not_available']}", "", "", "", "", ""])
+            continue
+        rows.append([name, f"{v['bytes_per_token'] / 2**20:,.1f}", v["projections"], fmt(v["packed_gbs"]),
+                     fmt(v["vs_bf16_packed"], 2), fmt(v["vs_linear"], 2), f"{v['of_read']:.0%}"])
+    return (f"Provider {lay['provider']}, {threads(lay['threads'])}. Per layout at M=1, over the projections "
+            "measured: the bytes they stream per decode token (the packed tensors, scales included), the GB/s "
+            "that makes, and the time ratios to bf16 packed and to F.linear in the same rounds.\n\n"
+            + _table(["layout", "MiB per token", "projections", "M=1 GB/s", "vs bf16 packed", "vs F.linear",
+                      "of same-rounds read"], rows)
+            + "\n\nEvery cell:\n\n" + format_table(lay["results"]))
+
+
 def _route_table_md(run: Run) -> str:
     table = route_table(run)
     if not table:
@@ -285,6 +307,7 @@ SECTIONS = (("Targets (issue 6 and the BPI-F3)", _targets_md), ("One-batch", _on
             ("Server start, cold vs warm cache", _start_md), ("RSS vs predicted packed bytes", _rss_md),
             ("Measured route table", _route_table_md), ("Bucket hits", _calls_md),
             ("Kernel (Linear microbenchmark)", _kernel_md),
+            ("Weight layouts (Linear microbenchmark per layout)", _layouts_md),
             ("Fleet: 1 replica vs several behind the gateway", _fleet_md))
 
 

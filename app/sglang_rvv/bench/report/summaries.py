@@ -134,6 +134,34 @@ def hf_generate(run: Run) -> dict | None:
                                         "output_ids": {m: r["output_ids"] for m, r in record["modes"].items()}}
 
 
+def layouts(run: Run) -> dict | None:
+    """The layouts step: its rows, and per layout the M=1 aggregate over the projections (bytes
+    per token, GB/s, the time ratios to bf16 packed and to F.linear, the fraction of the same-rounds
+    read) or the reason it is not available; None without the step."""
+    record = run.of("layouts").get("linear")
+    if record is None:
+        return None
+    per_layout = {}
+    for name in dict.fromkeys(r["weight_dtype"] for r in record["results"]):
+        rows = [r for r in record["results"] if r["weight_dtype"] == name and r["rows"] == 1]
+        missing = sorted({r["not_available"] for r in rows if "not_available" in r})
+        if missing or not rows:
+            per_layout[name] = {"not_available": "; ".join(missing) or "no M=1 cell"}
+            continue
+        total = sum(r["bytes_per_call"] for r in rows)
+        packed_s = sum(r["packed_us"] for r in rows) / 1e6
+        base = [b for b in record["results"] if b["weight_dtype"] == "bf16" and b["rows"] == 1 and "packed_us" in b]
+        per_layout[name] = {
+            "bytes_per_token": total, "projections": len(rows), "packed_gbs": total / packed_s / 1e9,
+            "read_gbs": total / (sum(r["read_us"] for r in rows) / 1e6) / 1e9,
+            "vs_linear": sum(r["linear_us"] for r in rows) / 1e6 / packed_s,
+            "vs_bf16_packed": sum(b["packed_us"] for b in base) / 1e6 / packed_s if len(base) == len(rows) else None,
+        }
+        per_layout[name]["of_read"] = per_layout[name]["packed_gbs"] / per_layout[name]["read_gbs"]
+    return {"provider": record.get("provider"), "threads": record.get("threads"), "results": record["results"],
+            "layouts": per_layout}
+
+
 def route_table(run: Run) -> list[dict] | None:
     """The warm-up's measured per-bucket route table from a flag-on policy report, if the plugin wrote one."""
     for kind in ("start", "one_batch"):
