@@ -41,7 +41,7 @@ def packed_keys(policy) -> set[tuple[str, int, int, int, str, int]]:
         n, k = module.weight.shape
         packed_layout = route.record.layout
         for rows in routing.buckets_for(route.projection, small_batch=policy.config.small_batch):
-            if rows * n * k >= routing.MIN_WORK:
+            if rows * n * k >= routing.shape_gate().min_work:
                 keys.add((route.projection, rows, n, k, packed_layout.name, packed_layout.group))
     return keys
 

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from . import packed_state
+from .kernels import chosen
+from .kernels.gate import ShapeGate
 from .ops import packed_bf16_linear, packed_int4_linear, packed_int8_linear
 from .route_table import RouteTable, Shape
 
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
 # Where a routed module keeps its ModuleRoute, its one record (in its __dict__: not a submodule, not state).
 ROUTE_ATTR = packed_state.RECORD_ATTR
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
-MIN_FEATURES = 1024
-MIN_WORK = 1_000_000  # M * N * K below this is not worth a kernel switch
 SMALL_BATCH_BUCKETS = (2, 4, 8, 16)
 PREFILL_BUCKETS = (16, 32, 64, 128)
 NO_BUCKET = "none"  # the bucket label of a call no bucket serves
@@ -95,6 +95,11 @@ def buckets_for(projection: str, *, small_batch: bool) -> tuple[int, ...]:
     return tuple(sorted(buckets))
 
 
+def shape_gate() -> ShapeGate:
+    """The chosen provider's thresholds (:mod:`sglang_rvv.kernels.gate`): N and K, and M*N*K per call."""
+    return chosen()[0].GATE
+
+
 def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
     """Why a projection can never take the packed route, or ``None`` if it can."""
     if projection not in PROJECTIONS:
@@ -108,8 +113,9 @@ def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None
     if bias is not None:
         return "gate: has a bias"
     out_features, in_features = weight.shape
-    if out_features < MIN_FEATURES or in_features < MIN_FEATURES:
-        return f"gate: [N={out_features}, K={in_features}] below the {MIN_FEATURES} minimum"
+    minimum = shape_gate().min_features
+    if out_features < minimum or in_features < minimum:
+        return f"gate: [N={out_features}, K={in_features}] below the {minimum} minimum"
     return None
 
 
@@ -160,7 +166,8 @@ def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, 
     ``packed_layout`` (the layout of the module's buffers; None for bf16).
     """
     bucket = bucket_rows(rows, small_batch=config.small_batch, projection=projection)
-    if status == Status.GATE or bucket is None or not servable or rows * math.prod(weight_shape) < MIN_WORK:
+    small = rows * math.prod(weight_shape) < shape_gate().min_work
+    if status == Status.GATE or bucket is None or not servable or small:
         return Decision(Route.ROW_MAJOR_GATE, bucket, None)
     if status == Status.BUDGET:
         return Decision(Route.ROW_MAJOR_BUDGET, bucket, None)

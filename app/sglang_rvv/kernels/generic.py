@@ -38,8 +38,10 @@ import torch.nn.functional as F
 
 from .. import layout
 from ..layout import QuantLayout, pack_reference
+from . import gate
 
 NAME = "generic"
+GATE = gate.SEED  # see kernels/gate.py
 
 
 def status() -> tuple[bool, str]:

@@ -26,8 +26,10 @@ from pathlib import Path
 import torch
 
 from .. import host, layout
+from . import gate
 
 NAME = "rvv"
+GATE = gate.RVV  # see kernels/gate.py
 LIB_ENV = "SGLANG_RVV_KERNELS_LIB"
 DEFAULT_LIB = Path(__file__).resolve().parent / "lib" / "libsglang_rvv_kernels.so"
 HWCAP_V = 1 << (ord("V") - ord("A"))
@@ -40,10 +42,6 @@ def library_path() -> Path:
 def status() -> tuple[bool, str]:
     """``(True, what runs)`` once the library is loaded and usable, else ``(False, why not)``."""
     return _probe(str(library_path()))
-
-
-def available() -> bool:
-    return status()[0]
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
@@ -75,6 +73,12 @@ def layout_refusal(name: str) -> str | None:
 
 def _has_ops(name: str) -> bool:
     return all(hasattr(torch.ops.sglang_rvv_native, op) for op in (f"pack_{name}_weight", f"packed_{name}_linear"))
+
+
+def quantized_form(quant: layout.QuantLayout, out_features: int, in_features: int,
+                   group: int) -> tuple[layout.TensorForm, layout.TensorForm]:
+    """(shape, dtype) of the two tensors :func:`pack_quantized` returns: the blocked layout."""
+    return layout.form_tensors(layout.BLOCKED, quant, out_features, in_features, group)
 
 
 def pack_quantized(weight: torch.Tensor, quant: layout.QuantLayout, group: int) -> tuple[torch.Tensor, ...]:

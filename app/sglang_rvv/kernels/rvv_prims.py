@@ -13,8 +13,10 @@ from __future__ import annotations
 import torch
 
 from ..layout import LAYOUT_VERSION
+from . import gate
 
 NAME = "rvv_prims"
+GATE = gate.SEED  # see kernels/gate.py
 _PACK = "rvv_pack_bf16_weight"
 _LINEAR = "rvv_packed_bf16_linear"
 
