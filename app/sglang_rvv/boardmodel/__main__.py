@@ -55,7 +55,7 @@ def main(argv=None) -> int:
         root = rootfs.prepare(args.image)
         found = rootfs.check(root)
         scratch = run.scratch_dir()
-        tool.check_loads_plugin(counter, root, scratch)
+        tool.check_loads_plugin(counter, scratch, root / "usr/bin/true", root)
         results, skipped = [], {}
         for work in workloads(args.shapes, args.layouts):
             print(f"boardmodel: counting {work.label}", file=sys.stderr, flush=True)

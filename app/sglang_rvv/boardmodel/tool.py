@@ -115,14 +115,15 @@ def check_stamp(stamp: Path, qemu_version: str) -> None:
                         f"installed one is {qemu_version}: remove {stamp.parent} to rebuild it")
 
 
-def check_loads_plugin(tool: Tool, rootfs: Path, scratch: Path) -> None:
-    """Run the rootfs's /bin/true under the plugin: a qemu without plugin support (or one that
-    rejects the plugin) must fail here, not produce an empty count later."""
+def check_loads_plugin(tool: Tool, scratch: Path, guest: Path, rootfs: Path | None = None) -> None:
+    """Run ``guest`` (the rootfs's /usr/bin/true) under the plugin: a qemu without plugin support
+    (or one that rejects the plugin) must fail here, not produce an empty count later."""
+    scratch.mkdir(parents=True, exist_ok=True)
     out = scratch / "probe.count"
     out.unlink(missing_ok=True)
-    result = subprocess.run([str(tool.qemu), "-L", str(rootfs), "-cpu", tool.qemu_cpu, "-plugin",
-                             f"{tool.plugin},out={out}", str(rootfs / "usr/bin/true")],
-                            capture_output=True, text=True)
+    prefix = ["-L", str(rootfs)] if rootfs else []
+    result = subprocess.run([str(tool.qemu), *prefix, "-cpu", tool.qemu_cpu, "-plugin",
+                             f"{tool.plugin},out={out}", str(guest)], capture_output=True, text=True)
     if result.returncode or not out.is_file():
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolError(f"{tool.qemu} did not run the counting plugin ({reason}): it needs Debian's "
