@@ -139,3 +139,28 @@ def test_a_plugin_built_for_another_qemu_is_refused(tmp_path):
     tool.check_stamp(stamp, "1:7.1")
     with pytest.raises(tool.ToolError, match=r"built for qemu-user 1:7\.1, the installed one is 1:7\.2"):
         tool.check_stamp(stamp, "1:7.2")
+
+
+def test_the_report_section_labels_the_model_and_stacks_its_groups(tmp_path):
+    from sglang_rvv.bench.report import board
+    from sglang_rvv.jsonfile import write_json
+
+    step = {name: zero() for name in counts.COMPONENT_NAMES}
+    step["kernel"] = zero(insns=157_000_000, vec_insns=150_000_000, vec_lmul=150_000_000,
+                          vec_loads=18_624_512, vec_load_bytes=1_191_968_768)
+    step["torch"], step["interpreter"] = zero(insns=56_000_000), zero(insns=35_000_000)
+    step["libc"] = zero(insns=33_000_000)
+    weight = model.streamed_bytes(run.shape("qwen3-0.6b"), 1_191_968_768, 1_191_968_768)
+    work = {"workload": {"name": "qwen3-0.6b", "policy": True, "weight_dtype": "bf16"}, "per_token": step,
+            "weight_bytes": weight, "prediction": model.predict(step, weight)}
+    write_json(tmp_path / board.FILE, {"workloads": [work], "anchors": list(model.ANCHORS), "skipped": {},
+                                       "constants": model.constants_json(), "per_token_phase": "decode2",
+                                       "tool": {"qemu_cpu": "rv64,v=true,vlen=256"}})
+    text = board.render(tmp_path, tmp_path)
+    assert board.LABEL in text and "1.02 tok/s" in text and "assumption" in text
+    row = next(line for line in text.splitlines() if line.startswith("| qwen3-0.6b"))
+    # kernel / torch ops / interpreter / other (libc), then the kernel's loads and bytes
+    assert "| 157.0 | 56.0 | 35.0 | 33.0 | 18.62 | 1192.0 | 1192.0 |" in row
+    assert board.grouped_seconds(work["prediction"])["kernel"] == pytest.approx(weight / 4.5e9)
+    assert (tmp_path / "plots" / "board-model.png").stat().st_size > 1000
+    assert board.render(tmp_path / "plots", tmp_path) == ""  # no board-model.json: no section

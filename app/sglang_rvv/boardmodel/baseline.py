@@ -10,7 +10,6 @@ field, the reviewed reason the counts changed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
