@@ -164,3 +164,29 @@ def test_the_report_section_labels_the_model_and_stacks_its_groups(tmp_path):
     assert board.grouped_seconds(work["prediction"])["kernel"] == pytest.approx(weight / 4.5e9)
     assert (tmp_path / "plots" / "board-model.png").stat().st_size > 1000
     assert board.render(tmp_path / "plots", tmp_path) == ""  # no board-model.json: no section
+
+
+def fake_rootfs(root, torch_version, source_sha256):
+    arch = tool.lock()["arch"]["riscv64"]
+    (root / "usr/bin").mkdir(parents=True)
+    (root / f"usr/bin/python{arch['python']}").write_text("")
+    (root / "usr/lib/python3/dist-packages/torch").mkdir(parents=True)
+    (root / "usr/lib/python3/dist-packages/torch/version.py").write_text(f"__version__ = '{torch_version}'\n")
+    lib = rootfs.site_packages(root) / "sglang_rvv" / "kernels" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "kernels.json").write_text(f'{{"source_sha256": "{source_sha256}", "compiler": "clang-19"}}')
+
+
+def test_a_rootfs_whose_torch_or_kernel_library_differs_from_the_lock_is_refused(tmp_path):
+    arch = tool.lock()["arch"]["riscv64"]
+    good = tmp_path / "good"
+    fake_rootfs(good, arch["torch"]["version"] + "+debian", arch["kernels"]["source_sha256"])
+    assert rootfs.check(good)["kernels"]["compiler"] == "clang-19"
+    old_torch = tmp_path / "old-torch"
+    fake_rootfs(old_torch, "2.6.0", arch["kernels"]["source_sha256"])
+    with pytest.raises(tool.ToolError, match=r"torch 2\.6\.0 does not match images/lock\.toml"):
+        rootfs.check(old_torch)
+    other_kernels = tmp_path / "other-kernels"
+    fake_rootfs(other_kernels, arch["torch"]["version"], "f" * 64)
+    with pytest.raises(tool.ToolError, match="kernel sources f{64} differ from"):
+        rootfs.check(other_kernels)

@@ -25,7 +25,7 @@ PLACEHOLDER = "UNREVIEWED: replace with the reviewed reason these counts changed
 RELATIVE = 0.02
 ABSOLUTE = 20_000
 LOADS_RELATIVE = 0.001  # vector loads per weight byte: the kernel reads each packed byte once
-GATED = run.Workload("tiny", policy=True, weight_dtype="bf16", prompt_len=8, decode_steps=2)
+GATED = run.Workload("tiny", policy=True, weight_dtype="bf16", prompt_len=4, decode_steps=2)
 
 
 def measure(counter: tool.Tool, root, work: run.Workload, scratch) -> dict:
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         return 2
     write_json(args.path, {
         "reason": PLACEHOLDER, "workload": "tiny model (sglang_rvv.tiny), policy on, second decode "
-        "step at M=1 after an 8-token prefill, 1 thread, VLEN 256",
+        "step at M=1 after a 4-token prefill, 1 thread, VLEN 256",
         "qemu_cpu": counter.qemu_cpu, "plugin_source_sha256": tool.sha256(tool.SOURCE),
         "insns": measured["insns"], "kernel_loads_per_weight_byte": loads})
     print(args.path)

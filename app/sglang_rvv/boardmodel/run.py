@@ -30,7 +30,7 @@ class Workload:
     name: str                 # a shape name: "tiny" or a [tools.count.shapes] key
     policy: bool
     weight_dtype: str = "bf16"
-    prompt_len: int = 8
+    prompt_len: int = 4
     decode_steps: int = 2
     seed: int = 0
 
