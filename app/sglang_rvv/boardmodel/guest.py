@@ -18,6 +18,7 @@ import sys
 MARK_FD = 0x434F554E  # == count.c MARK_FD
 EXIT_LAYOUT_MISSING = 3  # the image cannot run the requested layout (run.LayoutMissing)
 EXIT_NOT_COVERED = 4     # the policy packed nothing at this shape (run.NotCovered)
+EXIT_NO_KERNELS = 5      # the rvv provider cannot run: an error, never a count of another kernel
 
 
 def mark(n):
@@ -72,7 +73,7 @@ def main(spec):
             return EXIT_NOT_COVERED
         if report.provider != "rvv":
             print(f"provider {report.provider} ({report.provider_reason}), not rvv", file=sys.stderr)
-            return EXIT_LAYOUT_MISSING
+            return EXIT_NO_KERNELS
     generator = torch.Generator().manual_seed(spec["seed"])
     prompt = torch.randint(0, overrides["vocab_size"], (1, spec["prompt_len"]), generator=generator)
     tokens = []
