@@ -59,8 +59,11 @@ def environment() -> dict:
             "SGLANG_RVV_OP_PROVIDER": "rvv", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
-def count(tool: Tool, root: Path, work: Workload, scratch: Path) -> dict:
-    """Run ``work`` once under the counter; returns its phases' counts per component and library."""
+def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | None = None,
+          env: dict | None = None) -> dict:
+    """Run ``work`` once under the counter; returns its phases' counts per component and library.
+    ``python`` and ``env`` replace the image's venv interpreter and add to the environment (a
+    rootfs without the runtime's venv, with the package from a source tree)."""
     scratch.mkdir(parents=True, exist_ok=True)
     table, result = scratch / f"{work.label}.count", scratch / f"{work.label}.json"
     table.unlink(missing_ok=True)
@@ -68,11 +71,11 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path) -> dict:
     spec = {"shape": shape(work.name), "policy": work.policy, "weight_dtype": work.weight_dtype,
             "prompt_len": work.prompt_len, "decode_steps": work.decode_steps, "seed": work.seed,
             "result": str(result)}
-    python = root / rootfs.VENV / "bin" / "python"
+    python = python or root / rootfs.VENV / "bin" / "python"
     began = time.monotonic()
     proc = subprocess.run([str(tool.qemu), "-L", str(root), "-cpu", tool.qemu_cpu,
                            "-plugin", f"{tool.plugin},out={table}", str(python), str(GUEST),
-                           json.dumps(spec)], env=environment(), capture_output=True, text=True)
+                           json.dumps(spec)], env={**environment(), **(env or {})}, capture_output=True, text=True)
     seconds = round(time.monotonic() - began, 1)
     last = (proc.stderr.strip().splitlines() or [""])[-1]
     if proc.returncode == guest.EXIT_LAYOUT_MISSING:
