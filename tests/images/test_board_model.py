@@ -109,6 +109,9 @@ def measured(counter, root, tmp_path_factory) -> dict:
 
 
 def checked_in() -> dict:
+    if not baseline.PATH.is_file():
+        pytest.fail(f"no {baseline.PATH}: record it with `python -m sglang_rvv.boardmodel.baseline` and state why",
+                    pytrace=False)
     data = json.loads(baseline.PATH.read_text())
     assert data["reason"] != baseline.PLACEHOLDER, (
         f"{baseline.PATH} was rewritten without a reason: state the reviewed reason the counts changed")
