@@ -126,7 +126,7 @@ def test_instructions_per_decode_token_per_component_stay_within_the_baseline(me
 
 
 @pytest.mark.parametrize("layout", WEIGHT_DTYPES)
-def test_the_m1_kernel_reads_each_packed_weight_byte_once_per_layout(layout, measured, counter, root, tmp_path):
+def test_the_m1_kernel_streams_each_packed_weight_byte_once_per_layout(layout, measured, counter, root, tmp_path):
     if layout not in measured:
         try:
             work = count_run.Workload("tiny", policy=True, weight_dtype=layout, decode_steps=2)
@@ -135,5 +135,5 @@ def test_the_m1_kernel_reads_each_packed_weight_byte_once_per_layout(layout, mea
             pytest.skip(f"the image's kernel library lacks this layout: {missing}")
     failure = baseline.compare_loads(checked_in(), layout, measured[layout]["kernel_loads_per_weight_byte"])
     assert failure is None, failure
-    if layout == "bf16":  # the BF16 kernel streams every packed byte exactly once
-        assert measured[layout]["kernel_load_bytes_per_weight_byte"] == 1.0
+    if layout == "bf16":  # every packed byte once, plus the activations (about 1 % at the tiny shape)
+        assert 1.0 <= measured[layout]["kernel_load_bytes_per_weight_byte"] < 1.02
