@@ -20,7 +20,7 @@ INVENTORY ?= ansible/inventory/example.yml
 # build, deploy and gateway.
 BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
-.PHONY: help venv check test lint bench bench-serve serve clean $(BOARD_PLAYBOOKS)
+.PHONY: help venv check test lint bench bench-serve board-model count-setup serve clean $(BOARD_PLAYBOOKS)
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
@@ -31,6 +31,8 @@ help:
 	@echo "make bench  - the benchmark suite on a Llama-3.2-1B-shaped model (one-batch, serving, HF generate, kernel;"
 	@echo "              flag off/on, cold/warm cache) into results/HOST/TIMESTAMP/, then sglang-rvv report (about 10 min)"
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
+	@echo "make board-model - count decode steps of the board models' shapes under qemu (riscv64 runtime image) and"
+	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR)"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
 	@echo "              (REPLICAS=N: N appliances on their own CPUs behind the gateway, smg, on the same port;"
@@ -79,8 +81,17 @@ serve: venv $(TINY_MODEL)/config.json
 	$(PY) -m sglang_rvv.launch $(TINY_MODEL) --port $(PORT) --enable-cpu-rvv-inductor
 
 # The suite prints only its run directory on stdout (progress goes to stderr).
-bench: venv
-	run=$$($(PY) -m sglang_rvv.bench suite --shape llama-3.2-1b) && $(VENV)/bin/sglang-rvv report "$$run"
+bench: venv count-setup
+	run=$$($(PY) -m sglang_rvv.bench suite --shape llama-3.2-1b) && \
+	$(PY) -m sglang_rvv.boardmodel --run-dir "$$run" > /dev/null && $(VENV)/bin/sglang-rvv report "$$run"
+
+# Like the suite, it prints only its run directory on stdout. Needs the riscv64 runtime image.
+board-model: venv count-setup
+	@$(PY) -m sglang_rvv.boardmodel $(if $(RUN),--run-dir $(RUN))
+
+# The counting qemu (images/lock.toml [tools.count]): Debian's dynamic qemu-user beside the static one.
+count-setup:
+	@$(IMAGES_SCRIPTS)/count-setup.sh
 
 bench-serve: venv
 	$(PY) -m sglang_rvv.bench one-batch

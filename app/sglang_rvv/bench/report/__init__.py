@@ -13,7 +13,8 @@ re-rendered (or a new statistic added) without re-running anything.
 This package holds the command; its modules each import only those listed before them:
 :mod:`.stats` (sample and request statistics), :mod:`.summaries` (one run, per kind),
 :mod:`.targets` (the targets and their verdicts), :mod:`.metrics` (the CSV rows),
-:mod:`.markdown` (report.md and the comparison) and :mod:`.plots` (the PNGs).
+:mod:`.markdown` (report.md and the comparison) and :mod:`.plots` (the PNGs);
+:mod:`.board` (the board model's section, from ``board-model.json``) uses :mod:`.markdown`'s table and :mod:`.charts`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 
 from ..results import Run, RunDirError, load_run
+from .board import render as render_board
 from .markdown import render_comparison, render_run
 from .metrics import metric_rows, write_csv
 from .plots import render_plots
@@ -33,6 +35,8 @@ def write_report(runs: list[Run], out_dir: Path) -> str:
     plots = render_plots(runs, out_dir / "plots")
     write_csv(out_dir / "metrics.csv", [row for run in runs for row in metric_rows(run)])
     markdown = render_run(runs[0], plots, out_dir) if len(runs) == 1 else render_comparison(runs, plots, out_dir)
+    if len(runs) == 1:
+        markdown += render_board(runs[0].dir, out_dir)
     (out_dir / "report.md").write_text(markdown)
     return markdown
 

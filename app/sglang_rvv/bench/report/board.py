@@ -1,0 +1,99 @@
+"""The board model's section of the report: ``board-model.json`` (``python -m
+sglang_rvv.boardmodel``) as a table and a stacked bar chart per model and layout, each labelled as
+modelled from emulated instruction counts, never measured.
+
+Reads the JSON only; the model's arithmetic lives in ``sglang_rvv.boardmodel.model``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .markdown import _table
+
+FILE = "board-model.json"
+LABEL = "modelled from emulated instruction counts, not measured on a board"
+# The report's four groups, from the counter's components.
+GROUPS = {"kernel": ("kernel",), "torch ops": ("torch",), "interpreter": ("interpreter",),
+          "other": ("libgomp", "libc", "libm", "other")}
+
+
+def load(run_dir: Path) -> dict | None:
+    path = run_dir / FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def layout(workload: dict) -> str:
+    return workload["weight_dtype"] if workload["policy"] else "off (F.linear)"
+
+
+def grouped(per_component: dict, key: str) -> dict[str, float]:
+    return {group: sum(per_component[c][key] for c in members) for group, members in GROUPS.items()}
+
+
+def grouped_seconds(prediction: dict) -> dict[str, float]:
+    """Predicted seconds per group; the kernel group is the kernel or its weight stream, whichever
+    the model says bounds it."""
+    seconds = prediction["component_seconds"]
+    out = {group: sum(seconds[c] for c in members) for group, members in GROUPS.items()}
+    out["kernel"] = prediction["kernel_or_stream_seconds"]
+    return out
+
+
+def section(data: dict, chart: Path | None = None, base: Path | None = None) -> str:
+    head = ["model", "layout", *(f"{g} (M insns)" for g in GROUPS), "kernel vector loads (M)",
+            "kernel load bytes (MB)", "weight bytes (MB)", "predicted ms/token", "predicted tok/s", "bound"]
+    rows = []
+    for w in data["workloads"]:
+        insns = grouped(w["per_token"], "insns")
+        p = w["prediction"]
+        rows.append([w["workload"]["name"], layout(w["workload"]),
+                          *(f"{insns[g] / 1e6:.1f}" for g in GROUPS),
+                          f"{w['per_token']['kernel']['vec_loads'] / 1e6:.2f}",
+                          f"{w['per_token']['kernel']['vec_load_bytes'] / 1e6:.1f}",
+                          f"{w['weight_bytes'] / 1e6:.1f}", f"{p['seconds_per_token'] * 1e3:.0f}",
+                          f"{p['tok_per_s']:.2f}", p["bound"]])
+    anchors = [f"- published: {a['shape']} {a['weight_dtype']} **{a['tok_per_s']} tok/s**, {a['what']} "
+               f"({a['source']}; {a['comparable']})" for a in data["anchors"]]
+    constants = [f"- `{name}` = {c['value']:g} {c['unit']}: {c['source']}" for name, c in data["constants"].items()]
+    parts = [f"*{LABEL}.* Per decode token ({data['per_token_phase']}), one thread, qemu `{data['tool']['qemu_cpu']}`.",
+             _table(head, rows), "Anchors beside the prediction (not fitted):", "\n".join(anchors),
+             "Constants:", "\n".join(constants)]
+    if data.get("skipped"):
+        parts.append("Skipped: " + "; ".join(f"{k}: {v}" for k, v in data["skipped"].items()))
+    if chart is not None:
+        parts.append(f"![board model]({chart.relative_to(base) if base else chart})")
+    return "\n\n".join(parts)
+
+
+def plot(data: dict, path: Path) -> Path:
+    """Stacked bars, one per model and layout: predicted ms per token by group."""
+    from .charts import plt
+
+    labels = [f"{w['workload']['name']}\n{layout(w['workload'])}" for w in data["workloads"]]
+    stacks = [grouped_seconds(w["prediction"]) for w in data["workloads"]]
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(labels)), 4.5))
+    bottom = [0.0] * len(labels)
+    for group in GROUPS:
+        values = [s[group] * 1e3 for s in stacks]
+        ax.bar(labels, values, bottom=bottom, label=group)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_ylabel("predicted ms per decode token")
+    ax.set_yscale("log" if max(bottom, default=1) > 20 * min(bottom, default=1) else "linear")
+    ax.set_title(f"Board model: {LABEL}", fontsize=9)
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def render(run_dir: Path, out_dir: Path) -> str:
+    """The markdown section (with its chart in out_dir/plots), or "" when the run has no board model."""
+    data = load(run_dir)
+    if data is None:
+        return ""
+    chart = plot(data, out_dir / "plots" / "board-model.png") if data["workloads"] else None
+    return f"## Board model\n\n{section(data, chart, out_dir)}\n"

@@ -1,0 +1,82 @@
+"""``python -m sglang_rvv.boardmodel [--shapes ...] [--layouts ...] [--run-dir DIR]``: count decode
+steps of each shape with the policy off and on (each layout), price them with the board model,
+write ``board-model.json`` into the run directory and print the directory on stdout (progress on
+stderr), like ``python -m sglang_rvv.bench suite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..bench.results import default_run_dir, utc_stamp
+from ..jsonfile import write_json
+from ..layout import WEIGHT_DTYPES
+from . import model, rootfs, run, tool
+
+RESULT = "board-model.json"
+SCHEMA = 1
+BENCH_SHAPES = ("qwen3-0.6b", "llama-3.2-1b", "deepseek-r1-distill-qwen-1.5b")
+PER_TOKEN = "decode2"  # the second decode step: the first may still pay lazy first-call costs
+
+
+def priced(result: dict) -> dict:
+    step = result["phases"][PER_TOKEN]["components"]
+    kernel_bytes = step["kernel"]["vec_load_bytes"]
+    weight = model.streamed_bytes(result["shape"], result["packed_bytes"], kernel_bytes)
+    return {**result, "per_token": step, "weight_bytes": weight,
+            "kernel_loads_per_weight_byte": (step["kernel"]["vec_loads"] / result["packed_bytes"]
+                                             if result["packed_bytes"] else None),
+            "prediction": model.predict(step, weight)}
+
+
+def workloads(shapes, layouts) -> list[run.Workload]:
+    out = []
+    for name in shapes:
+        out.append(run.Workload(name, policy=False))
+        out.extend(run.Workload(name, policy=True, weight_dtype=d) for d in layouts)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_rvv.boardmodel", description=__doc__)
+    parser.add_argument("--shapes", nargs="+", default=list(BENCH_SHAPES))
+    parser.add_argument("--layouts", nargs="+", default=list(WEIGHT_DTYPES), choices=WEIGHT_DTYPES)
+    parser.add_argument("--run-dir", type=Path, help="write into this run directory (default: "
+                                                      "results/<host>/<UTC timestamp>)")
+    parser.add_argument("--image", help=f"the riscv64 runtime image (default {rootfs.image_name()})")
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir or default_run_dir()
+    try:
+        for name in args.shapes:
+            run.shape(name)
+        counter = tool.build()
+        root = rootfs.prepare(args.image)
+        found = rootfs.check(root)
+        scratch = run.scratch_dir()
+        tool.check_loads_plugin(counter, scratch, root / "usr/bin/true", root)
+        results, skipped = [], {}
+        for work in workloads(args.shapes, args.layouts):
+            print(f"boardmodel: counting {work.label}", file=sys.stderr, flush=True)
+            try:
+                results.append(priced(run.count(counter, root, work, scratch)))
+            except run.LayoutMissing as missing:  # a layout that has not landed in the image yet
+                skipped[work.label] = str(missing)
+                print(f"boardmodel: skipped {missing}", file=sys.stderr)
+    except tool.ToolError as error:
+        print(f"boardmodel: error: {error}", file=sys.stderr)
+        return 2
+    write_json(run_dir / RESULT, {
+        "schema": SCHEMA, "kind": "board_model", "written_utc": utc_stamp(),
+        "label": "modelled from emulated instruction counts, not measured on a board",
+        "tool": {"qemu": str(counter.qemu), "qemu_version": counter.qemu_version,
+                 "qemu_cpu": counter.qemu_cpu, "plugin_source_sha256": tool.sha256(tool.SOURCE)},
+        "rootfs": found, "constants": model.constants_json(), "anchors": list(model.ANCHORS),
+        "per_token_phase": PER_TOKEN, "workloads": results, "skipped": skipped})
+    print(run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The counted workload: runs inside the riscv64 rootfs under the counting qemu, as a script file
+(the image's sglang_rvv does not contain this package). Standard library, torch, transformers and
+the image's sglang_rvv only.
+
+It builds a transformers causal LM with seeded random BF16 weights at the requested shape, installs
+the policy (or not), runs a prefill and then decode steps at M=1, and writes a mark between phases
+(a write(2) to count.c's MARK_FD, whose length is the mark number): mark 1 before the prefill,
+2 after it, then one after every decode step. It then writes a JSON result with the guest's
+/proc/self/maps, which attributes the counts.
+
+Argument: one JSON object (see run.Workload.argv).
+"""
+
+import json
+import os
+import sys
+
+MARK_FD = 0x434F554E  # == count.c MARK_FD
+EXIT_LAYOUT_MISSING = 3  # the image cannot run the requested layout (run.LayoutMissing)
+EXIT_NOT_COVERED = 4     # the policy packed nothing at this shape (run.NotCovered)
+EXIT_NO_KERNELS = 5      # the rvv provider cannot run: an error, never a count of another kernel
+
+
+def mark(n):
+    try:
+        os.write(MARK_FD, b"x" * n)
+    except OSError:  # EBADF: the descriptor is never open; the plugin saw the call
+        pass
+
+
+def answer_find_library_from_rootfs():
+    """qemu does not remap execve, so ctypes.util.find_library's ldconfig/gcc subprocesses would
+    run the host's tools and name host libraries; answer it from the guest's own library dirs."""
+    import ctypes.util
+    import glob
+
+    dirs = ("/usr/lib/riscv64-linux-gnu", "/lib/riscv64-linux-gnu", "/usr/lib", "/lib")
+
+    def find_library(name):
+        for d in dirs:
+            hits = sorted(glob.glob(f"{d}/lib{name}.so*"))
+            if hits:
+                return os.path.basename(hits[0])
+        return None
+
+    ctypes.util.find_library = find_library
+
+
+def main(spec):
+    answer_find_library_from_rootfs()
+    import torch
+
+    torch.set_num_threads(1)
+    from sglang_rvv import RvvPolicyConfig, install_rvv_policy, tiny
+
+    overrides = dict(spec["shape"])
+    arch = overrides.pop("arch")
+    model = tiny.build_model(arch, seed=spec["seed"], **overrides)
+    report = None
+    if spec["policy"]:
+        fields = getattr(RvvPolicyConfig, "__dataclass_fields__", {})
+        options = dict(regional_compile=False, measure_routes=False)
+        if spec["weight_dtype"] != "bf16":
+            if "weight_dtype" not in fields:
+                print(f"layout {spec['weight_dtype']}: the image's RvvPolicyConfig has no "
+                      "weight_dtype", file=sys.stderr)
+                return EXIT_LAYOUT_MISSING
+            options["weight_dtype"] = spec["weight_dtype"]
+        report = install_rvv_policy(model, RvvPolicyConfig(**options))
+        if not report.packed:
+            print(f"the policy packed no projection at this shape ({report.skipped}); the kernels "
+                  "do not cover it", file=sys.stderr)
+            return EXIT_NOT_COVERED
+        if report.provider != "rvv":
+            print(f"provider {report.provider} ({report.provider_reason}), not rvv", file=sys.stderr)
+            return EXIT_NO_KERNELS
+    generator = torch.Generator().manual_seed(spec["seed"])
+    prompt = torch.randint(0, overrides["vocab_size"], (1, spec["prompt_len"]), generator=generator)
+    tokens = []
+    with torch.inference_mode():
+        mark(1)
+        out = model(prompt, use_cache=True)
+        mark(2)
+        cache = out.past_key_values
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        for step in range(spec["decode_steps"]):
+            out = model(token, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(int(token))
+            mark(3 + step)
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    result = {"maps": maps, "tokens": tokens, "torch": torch.__version__,
+              "report": json.loads(report.to_json()) if report is not None else None}
+    with open(spec["result"], "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))

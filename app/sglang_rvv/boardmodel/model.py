@@ -1,0 +1,103 @@
+"""The board model: a predicted decode time per token on the BPI-F3 from emulated counts.
+
+Every constant is here, with its source or the word "assumption". Nothing is fitted: the one
+published anchor is shown beside the prediction, never used to tune it. The first board run's
+``perf stat`` instructions and cycles (issue 22, section 3) are what should replace the IPC
+assumptions.
+
+    t(token) = max(weight_bytes / BANDWIDTH, kernel_cycles / FREQ)     the kernel overlaps its stream
+             + sum over the other components of cycles / FREQ          serial, one thread
+    cycles(component) = scalar instructions / IPC[component]
+                      + LMUL-weighted vector instructions x VLEN / DLEN   one vector op per DLEN slice
+
+Counts are not cycles: the IPCs turn one into the other, and they are assumptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .counts import COMPONENT_NAMES
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    unit: str
+    source: str
+
+
+CONSTANTS = {
+    "freq_hz": Constant(1.6e9, "Hz", "SpacemiT X60 clock; LLVM RISCVSchedSpacemitX60.td ("
+                        "shared/board.md)"),
+    "vlen_bits": Constant(256, "bit", "K1 VLEN (shared/board.md, BPI-F3 /proc/cpuinfo zvl256b)"),
+    "dlen_bits": Constant(128, "bit", "K1 DLEN: an LMUL=1 op takes about 2 cycles; LLVM X60 "
+                          "scheduling model (shared/board.md)"),
+    "bandwidth_bytes_per_s": Constant(4.5e9, "B/s", "assumption: effective LPDDR4X bandwidth that "
+                                      "published K1 decoders reach (4-5 GB/s, shared/board.md); "
+                                      "one thread alone reaches less (0.25-0.43 GB/s with one "
+                                      "line in flight), so this is the multi-thread kernel's "
+                                      "stream"),
+    "ipc_kernel": Constant(1.0, "insn/cycle", "assumption: the kernel's scalar instructions "
+                           "(loop control, address arithmetic) on the dual-issue in-order X60"),
+    "ipc_torch": Constant(0.7, "insn/cycle", "assumption (issue 24): branchy C++ on an in-order "
+                          "dual-issue core"),
+    "ipc_interpreter": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
+    "ipc_libgomp": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
+    "ipc_libc": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
+    "ipc_libm": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
+    "ipc_other": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
+}
+
+# Published board figures for a comparable configuration, shown beside the prediction.
+ANCHORS = (
+    {"shape": "qwen3-0.6b", "weight_dtype": "bf16", "tok_per_s": 1.02,
+     "what": "the seed's fork (Inductor RVV, torch_native attention), warm",
+     "source": "the seed's reproduction README (shared/board.md)",
+     "comparable": "same model and format; another software stack, thread count not stated"},
+)
+
+
+def c(name: str) -> float:
+    return CONSTANTS[name].value
+
+
+def component_cycles(name: str, values: dict) -> float:
+    scalar = values["insns"] - values["vec_insns"]
+    # A vector op whose vtype came from vsetvl (a register) counts at LMUL 1: the plugin says how many.
+    vector = values["vec_lmul"] + values["vec_unknown_lmul"]
+    return scalar / c(f"ipc_{name}") + vector * c("vlen_bits") / c("dlen_bits")
+
+
+def predict(components: dict[str, dict], weight_bytes: int) -> dict:
+    """Per-token seconds by component, and tok/s, for one decode step's counts."""
+    seconds = {name: component_cycles(name, components[name]) / c("freq_hz")
+               for name in COMPONENT_NAMES}
+    stream = weight_bytes / c("bandwidth_bytes_per_s")
+    kernel_or_stream = max(stream, seconds["kernel"])
+    total = kernel_or_stream + sum(v for k, v in seconds.items() if k != "kernel")
+    return {"seconds_per_token": total, "tok_per_s": 1 / total if total else None,
+            "weight_stream_seconds": stream, "component_seconds": seconds,
+            "kernel_or_stream_seconds": kernel_or_stream,
+            "bound": "weight stream" if stream >= seconds["kernel"] else "kernel instructions"}
+
+
+def weight_bytes_bf16(shape: dict) -> int:
+    """Bytes of every projection weight and the logits head, at BF16: what one decode token reads."""
+    h, i, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
+    q = shape["num_attention_heads"] * shape["head_dim"]
+    kv = shape["num_key_value_heads"] * shape["head_dim"]
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
+    return 2 * (layers * per_layer + shape["vocab_size"] * h)
+
+
+def streamed_bytes(shape: dict, packed_bytes: int, kernel_load_bytes: int) -> int:
+    """The weight bytes a token streams: the kernel's own vector-load bytes (counted) for the
+    packed projections, BF16 for the rest (row-major, read by torch). Packed N padding makes
+    this undercount the row-major rest by at most the padding."""
+    return max(0, weight_bytes_bf16(shape) - packed_bytes) + kernel_load_bytes
+
+
+def constants_json() -> dict:
+    return {name: {"value": k.value, "unit": k.unit, "source": k.source}
+            for name, k in CONSTANTS.items()}

@@ -1,0 +1,106 @@
+"""One counted workload: the guest under the counting qemu in the checked rootfs, its tables
+attributed, and per-phase counts (prefill, each decode step) as differences of marks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import counts, guest, rootfs
+from .tool import CACHE, Tool, ToolError, lock
+
+GUEST = Path(guest.__file__)
+SHAPES_LOCK = "boardmodel"  # images/lock.toml [tools.count.shapes.*]
+
+
+class LayoutMissing(ToolError):
+    """The image cannot run the requested layout (its kernel library or policy lacks it)."""
+
+
+class NotCovered(ToolError):
+    """The kernels cover no projection of the requested shape."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str                 # a shape name: "tiny" or a [tools.count.shapes] key
+    policy: bool
+    weight_dtype: str = "bf16"
+    prompt_len: int = 4
+    decode_steps: int = 2
+    seed: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.weight_dtype if self.policy else 'off'}"
+
+
+def shape(name: str) -> dict:
+    """The model shape: the tiny model's, or one pinned in images/lock.toml [tools.count.shapes]."""
+    if name == "tiny":
+        from ..tiny import TINY_SHAPE
+
+        return {"arch": "llama", **TINY_SHAPE}
+    shapes = lock()["tools"]["count"].get("shapes", {})
+    if name not in shapes:
+        raise ToolError(f"no model shape {name!r}: choose tiny or one of images/lock.toml "
+                        f"[tools.count.shapes] ({', '.join(sorted(shapes))})")
+    return dict(shapes[name])
+
+
+def environment() -> dict:
+    # One thread, and no library thread started at import (libucs), so counts repeat exactly.
+    return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
+            "UCX_VFS_ENABLE": "n", "PYTHONHASHSEED": "0", "TOKENIZERS_PARALLELISM": "false",
+            "SGLANG_RVV_OP_PROVIDER": "rvv", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | None = None,
+          env: dict | None = None) -> dict:
+    """Run ``work`` once under the counter; returns its phases' counts per component and library.
+    ``python`` and ``env`` replace the image's venv interpreter and add to the environment (a
+    rootfs without the runtime's venv, with the package from a source tree)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    table, result = scratch / f"{work.label}.count", scratch / f"{work.label}.json"
+    table.unlink(missing_ok=True)
+    result.unlink(missing_ok=True)
+    spec = {"shape": shape(work.name), "policy": work.policy, "weight_dtype": work.weight_dtype,
+            "prompt_len": work.prompt_len, "decode_steps": work.decode_steps, "seed": work.seed,
+            "result": str(result)}
+    python = python or root / rootfs.VENV / "bin" / "python"
+    began = time.monotonic()
+    proc = subprocess.run([str(tool.qemu), "-L", str(root), "-cpu", tool.qemu_cpu,
+                           "-plugin", f"{tool.plugin},out={table}", str(python), str(GUEST),
+                           json.dumps(spec)], env={**environment(), **(env or {})}, capture_output=True, text=True)
+    seconds = round(time.monotonic() - began, 1)
+    last = (proc.stderr.strip().splitlines() or [""])[-1]
+    if proc.returncode == guest.EXIT_LAYOUT_MISSING:
+        raise LayoutMissing(f"{work.label}: {last}")
+    if proc.returncode == guest.EXIT_NOT_COVERED:
+        raise NotCovered(f"{work.label}: {last}; choose a shape with N, K >= 1024")
+    if proc.returncode or not result.is_file():
+        raise ToolError(f"{work.label}: the counted guest failed (exit {proc.returncode}): {last}")
+    out = json.loads(result.read_text())
+    tables = counts.parse_tables(table.read_text(), counts.Maps.parse(out["maps"]))
+    marks = [str(n) for n in range(1, 3 + work.decode_steps)]
+    missing = [m for m in marks if m not in tables]
+    if missing:
+        raise ToolError(f"{work.label}: the count table has no mark {', '.join(missing)}: the plugin "
+                        "did not see the guest's marks")
+    phases = {"prefill": tables["2"].minus(tables["1"])}
+    for step in range(work.decode_steps):
+        phases[f"decode{step + 1}"] = tables[str(3 + step)].minus(tables[str(2 + step)])
+    return {"workload": asdict(work), "label": work.label, "shape": spec["shape"],
+            "emulated_seconds": seconds, "tokens": out["tokens"], "guest_torch": out["torch"],
+            "packed_bytes": (out["report"] or {}).get("packed_bytes", 0),
+            "provider": (out["report"] or {}).get("provider"),
+            "phases": {name: {"components": c.by_component(), "libraries": c.libraries}
+                       for name, c in phases.items()}}
+
+
+def scratch_dir() -> Path:
+    return CACHE / "runs" / str(os.getpid())

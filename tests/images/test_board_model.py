@@ -1,0 +1,139 @@
+"""The board model's instrument and its gates (issue 22): the counting plugin on a program whose
+counts are known exactly, a qemu without plugin support named, then the tiny model's decode step
+in the riscv64 runtime image's rootfs against tests/images/data/board-model-baseline.json.
+
+The baseline is rewritten only deliberately: ``python -m sglang_rvv.boardmodel.baseline`` counts
+again and resets its ``reason``, which must then be edited to the reviewed reason the counts
+changed (the gate refuses the placeholder). The board-model shapes run in ``make bench``, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from image_support import SCRIPTS, build_emulated, lock_get, run
+
+from sglang_rvv.boardmodel import baseline, counts, rootfs, tool
+from sglang_rvv.boardmodel import run as count_run
+from sglang_rvv.layout import WEIGHT_DTYPES
+
+BUILD_TIMEOUT = 3600
+
+# Known counts at VLEN 256: 100 iterations of a 5-instruction loop with a vle16 at e16/m2
+# (VLMAX 32 elements = 64 B), a vadd and a vse16 (a store: no load bytes); then one vadd at LMUL
+# 1/2 and one under a vtype from a register (vsetvl: LMUL unknown); then mark 3 and exit.
+PROBE = """
+    .text
+    .globl _start
+_start:
+    la a0, buf
+    li t0, 100
+    vsetvli t1, x0, e16, m2, ta, ma
+1:  vle16.v v2, (a0)
+    vadd.vv v4, v2, v2
+    vse16.v v4, (a0)
+    addi t0, t0, -1
+    bnez t0, 1b
+    vsetvli t1, x0, e32, mf2, ta, ma
+    vadd.vv v4, v2, v2
+    li t2, 0
+    vsetvl t1, x0, t2
+    vadd.vv v4, v2, v2
+    li a0, 0x434f554e
+    li a1, 0
+    li a2, 3
+    li a7, 64
+    ecall
+    li a0, 0
+    li a7, 93
+    ecall
+    .data
+buf: .zero 256
+"""
+
+
+@pytest.fixture(scope="session")
+def counter(build_logs) -> tool.Tool:
+    run([str(SCRIPTS / "count-setup.sh")], timeout=600, log=build_logs / "count-setup.log")
+    return tool.build()
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory):
+    out = tmp_path_factory.mktemp("probe")
+    (out / "probe.S").write_text(PROBE)
+    subprocess.run(["clang-19", "--target=riscv64-linux-gnu", "-march=rv64gcv", "-nostdlib", "-static",
+                    "-fuse-ld=lld", "-o", str(out / "probe"), str(out / "probe.S")], check=True)
+    return out / "probe"
+
+
+def test_the_plugin_counts_a_known_program_exactly(counter, probe, tmp_path):
+    table = tmp_path / "probe.count"
+    subprocess.run([str(counter.qemu), "-cpu", counter.qemu_cpu, "-plugin", f"{counter.plugin},out={table}",
+                    str(probe)], check=True)
+    tables = counts.parse_tables(table.read_text(), counts.Maps([(0, 1 << 63, "probe")]))
+    at_mark = tables["3"].libraries["probe"]
+    assert at_mark == {"insns": 4 + 5 * 100 + 1 + 3 + 7, "vec_insns": 3 * 100 + 2, "vec_lmul": 3 * 100 * 2 + 0.5,
+                       "vec_unknown_lmul": 1, "vec_loads": 100, "vec_load_bytes": 100 * 64}
+    assert tables["exit"].libraries["probe"]["insns"] == at_mark["insns"] + 3
+
+
+def test_a_qemu_without_plugin_support_is_refused_by_name(counter, probe, tmp_path):
+    static = tool.Tool(qemu=tool.Path("/usr/bin/qemu-riscv64-static"), plugin=counter.plugin,
+                       qemu_cpu=counter.qemu_cpu, qemu_version=counter.qemu_version)
+    with pytest.raises(tool.ToolError, match="qemu-riscv64-static did not run the counting plugin .*dynamic qemu-user"):
+        tool.check_loads_plugin(static, tmp_path, probe)
+
+
+@pytest.fixture(scope="session")
+def root(podman, build_logs, counter, tmp_path_factory):
+    """The riscv64 runtime image's rootfs, prepared for qemu -L and checked against the lock."""
+    build_emulated("riscv64", ("build-base.sh", "build-runtime.sh"), build_logs, timeout=BUILD_TIMEOUT)
+    began = time.monotonic()
+    path = rootfs.prepare(f"localhost/sglang-rvv-runtime:{lock_get('app.version')}-riscv64")
+    rootfs.check(path)
+    tool.check_loads_plugin(counter, tmp_path_factory.mktemp("plugin-probe"), path / "usr/bin/true", path)
+    print(f"board model rootfs: {time.monotonic() - began:.0f} s")
+    return path
+
+
+@pytest.fixture(scope="session")
+def measured(counter, root, tmp_path_factory) -> dict:
+    scratch = tmp_path_factory.mktemp("board-model")
+    out = {"bf16": baseline.measure(counter, root, baseline.GATED, scratch)}
+    print(f"board model gate: the tiny decode workload ran {out['bf16']['emulated_seconds']} s under the counter")
+    return out
+
+
+def checked_in() -> dict:
+    if not baseline.PATH.is_file():
+        pytest.fail(f"no {baseline.PATH}: record it with `python -m sglang_rvv.boardmodel.baseline` and state why",
+                    pytrace=False)
+    data = json.loads(baseline.PATH.read_text())
+    assert data["reason"] != baseline.PLACEHOLDER, (
+        f"{baseline.PATH} was rewritten without a reason: state the reviewed reason the counts changed")
+    return data
+
+
+def test_instructions_per_decode_token_per_component_stay_within_the_baseline(measured):
+    data = checked_in()
+    assert data["plugin_source_sha256"] == tool.sha256(tool.SOURCE), "the counter changed: rewrite the baseline"
+    failures = baseline.compare_insns(data, measured["bf16"])
+    assert not failures, "instructions per decode token grew (tiny model, VLEN 256):\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("layout", WEIGHT_DTYPES)
+def test_the_m1_kernel_streams_each_packed_weight_byte_once_per_layout(layout, measured, counter, root, tmp_path):
+    if layout not in measured:
+        try:
+            work = count_run.Workload("tiny", policy=True, weight_dtype=layout, decode_steps=2)
+            measured[layout] = baseline.measure(counter, root, work, tmp_path)
+        except count_run.LayoutMissing as missing:
+            pytest.skip(f"the image's kernel library lacks this layout: {missing}")
+    failure = baseline.compare_loads(checked_in(), layout, measured[layout]["kernel_loads_per_weight_byte"])
+    assert failure is None, failure
+    if layout == "bf16":  # every packed byte once, plus the activations (about 1 % at the tiny shape)
+        assert 1.0 <= measured[layout]["kernel_load_bytes_per_weight_byte"] < 1.02
