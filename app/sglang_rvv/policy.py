@@ -76,9 +76,10 @@ class PolicyReport:
         by_layout = ", ".join(f"{name} {size / MIB:.1f} MiB" for name, size in self.bytes_by_layout().items())
         fallbacks = f" layout_fallbacks={len(self.layout_fallbacks)}" if self.layout_fallbacks else ""
         return (
-            f"sglang_rvv: adapter={self.adapter} provider={self.provider} weight_dtype={self.weight_dtype} "
-            f"packed={len(self.packed)} ({self.packed_bytes / MIB:.1f} MiB{': ' + by_layout if by_layout else ''})"
-            f"{fallbacks} skipped={len(self.skipped)}{f' ({skipped})' if skipped else ''} "
+            f"sglang_rvv: adapter={self.adapter} provider={self.provider} "
+            f"packed={len(self.packed)} ({self.packed_bytes / MIB:.1f} MiB{': ' + by_layout if by_layout else ''}) "
+            f"weight_dtype={self.weight_dtype}{fallbacks} "
+            f"skipped={len(self.skipped)}{f' ({skipped})' if skipped else ''} "
             f"budget={budget_text} ({self.budget_source})"
         )
 
