@@ -144,7 +144,8 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         if full:  # against the dequantized weight: the kernel itself is exact up to FP32 accumulation
             assert r["sqnr_db"] >= MIN_SQNR_DB, f"SQNR {r['sqnr_db']} dB against fp64 of the dequantized weight"
     elif case == "layout refusal":
-        assert r == {"bf16": None, "int8": None, "int4": None}, r
+        assert {name: r.get(name, "missing") for name in ("bf16", "int8", "int4")} == dict.fromkeys(
+            ("bf16", "int8", "int4")), r  # the loaded library refuses no layout
     elif case == "compile quantized":
         assert r["int8_fake_shapes"] == [[4, 64, 32], "torch.int8", [4, 1, 32], [3, 100]], r
         assert r["int4_fake_shapes"] == [[4, 32, 32], "torch.uint8", [4, 2, 32], [3, 100]], r
