@@ -441,7 +441,9 @@ def import_ops(mode: str) -> None:
     global ops, routing
     began, before = time.monotonic(), len(WARNINGS)
     from sglang_rvv import ops, routing
+    from sglang_rvv.kernels import chosen
 
+    chosen()  # the provider is chosen lazily, at its first use: here, where its warning is captured
     OPS_IMPORT_WARNINGS.extend(WARNINGS[before:])
     if mode == "no-vector":
         # The provider refused the library; load it anyway: without V it must load and run its twins.
