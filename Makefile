@@ -20,7 +20,7 @@ INVENTORY ?= ansible/inventory/example.yml
 # build, deploy and gateway.
 BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
-.PHONY: help venv check test lint bench bench-serve board-model count-setup serve clean $(BOARD_PLAYBOOKS)
+.PHONY: help venv check test lint bench bench-serve board-model board-gate count-setup serve clean $(BOARD_PLAYBOOKS)
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench  - the benchmark suite on a Llama-3.2-1B-shaped model (one-batch, serving, HF generate, kernel;"
 	@echo "              flag off/on, cold/warm cache) into results/HOST/TIMESTAMP/, then sglang-rvv report (about 10 min)"
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
+	@echo "make board-gate - the board model's count gates for every layout (make test: bf16)"
 	@echo "make board-model - count decode steps of the board models' shapes under qemu (riscv64 runtime image) and"
 	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR)"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
@@ -88,6 +89,11 @@ bench: venv count-setup
 # Like the suite, it prints only its run directory on stdout. Needs the riscv64 runtime image.
 board-model: venv count-setup
 	@$(PY) -m sglang_rvv.boardmodel $(if $(RUN),--run-dir $(RUN))
+
+# The board model's gates for every layout (make test gates bf16 only: each layout is one more
+# counted process under qemu).
+board-gate: venv count-setup
+	SGLANG_RVV_GATE_LAYOUTS=all $(PYTEST) tests/images/test_board_model.py
 
 # The counting qemu (images/lock.toml [tools.count]): Debian's dynamic qemu-user beside the static one.
 count-setup:

@@ -10,6 +10,7 @@ changed (the gate refuses the placeholder). The board-model shapes run in ``make
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -125,7 +126,13 @@ def test_instructions_per_decode_token_per_component_stay_within_the_baseline(me
     assert not failures, "instructions per decode token grew (tiny model, VLEN 256):\n" + "\n".join(failures)
 
 
-@pytest.mark.parametrize("layout", WEIGHT_DTYPES)
+# Each layout is one more counted process (about 2.5 min under qemu on this machine kind); CI's
+# 90 minutes hold the bf16 one, which the instruction gate counts anyway. `make board-gate` checks
+# every layout of layout.WEIGHT_DTYPES against the baseline (SGLANG_RVV_GATE_LAYOUTS=all).
+GATE_LAYOUTS = WEIGHT_DTYPES if os.environ.get("SGLANG_RVV_GATE_LAYOUTS") == "all" else ("bf16",)
+
+
+@pytest.mark.parametrize("layout", GATE_LAYOUTS)
 def test_the_m1_kernel_streams_each_packed_weight_byte_once_per_layout(layout, measured, counter, root, tmp_path):
     if layout not in measured:
         try:
