@@ -142,5 +142,7 @@ def test_the_m1_kernel_streams_each_packed_weight_byte_once_per_layout(layout, m
             pytest.skip(f"the image's kernel library lacks this layout: {missing}")
     failure = baseline.compare_loads(checked_in(), layout, measured[layout]["kernel_loads_per_weight_byte"])
     assert failure is None, failure
-    if layout == "bf16":  # every packed byte once, plus the activations (about 1 % at the tiny shape)
-        assert 1.0 <= measured[layout]["kernel_load_bytes_per_weight_byte"] < 1.02
+    if layout == "bf16":
+        # Every packed byte once, plus the BF16 activations, which each block of 32 columns loads
+        # once: 2K bytes beside its 64K weight bytes, 1/32 more (1.039 measured, exactly repeated).
+        assert 1.0 <= measured[layout]["kernel_load_bytes_per_weight_byte"] < 1.0 + 1 / 32 + 0.01
