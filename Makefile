@@ -64,9 +64,11 @@ $(VENV)/.installed: requirements/lock.txt pyproject.toml
 check: venv
 	$(PYTEST) -m "unit or integration"
 
-# The slowest tests are listed at the end: CI has a time limit, and this is where it goes.
+# Two pytest runs at once (tests/lanes.py): the tests that emulate riscv64 keep one core busy
+# with qemu-user, and the rest run beside them. Each lane lists its slowest tests and its wall
+# time per test file at the end: CI has a time limit, and this is where it goes.
 test: venv lint
-	$(PYTEST) --durations=25 tests
+	$(PY) tests/lanes.py --durations=25
 
 # Python, the image scripts, and Ansible with the compose files (as tests/ansible/test_lint.py does).
 lint: venv

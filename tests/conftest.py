@@ -1,3 +1,5 @@
+import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,26 @@ def llama():
 @pytest.fixture
 def qwen3():
     return tiny.build_model("qwen3", seed=0)
+
+
+# Wall time per test file, its module fixtures' setup and teardown included: CI has a time
+# limit, and the last lines of its log say where the time went.
+_FILE_SECONDS: dict[str, float] = defaultdict(float)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    began = time.monotonic()
+    try:
+        return (yield)
+    finally:
+        _FILE_SECONDS[item.path.relative_to(TESTS.parent).as_posix()] += time.monotonic() - began
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FILE_SECONDS:
+        return
+    terminalreporter.section("wall time per test file")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.0f} s  {path}")
+    terminalreporter.write_line(f"{sum(_FILE_SECONDS.values()):8.0f} s  in all")

@@ -135,10 +135,14 @@ def gateway_workers(port: int) -> dict[str, bool]:
 REPORT = "/var/cache/sglang-rvv/inductor/{key}/sglang_rvv_report.json"
 
 
+# The compose project `make up` starts (images/scripts/compose.sh): make test's second lane has its own.
+COMPOSE_PROJECT = os.environ.get("SGLANG_RVV_PROJECT", "sglang-rvv")
+
+
 def compose_container() -> str:
-    """The container `make up` started (compose project sglang-rvv)."""
+    """The container `make up` started (compose project COMPOSE_PROJECT)."""
     return subprocess.run(
-        ["podman", "ps", "--filter", "label=io.podman.compose.project=sglang-rvv", "--format", "{{.ID}}"],
+        ["podman", "ps", "--filter", f"label=io.podman.compose.project={COMPOSE_PROJECT}", "--format", "{{.ID}}"],
         check=True, capture_output=True, text=True,
     ).stdout.split()[0]
 

@@ -14,7 +14,7 @@
 # built with make image MODEL_DIR=...), SGLANG_RVV_CACHE (cold: the model image; warm: the
 # image with the prewarmed Inductor cache), SGLANG_RVV_IMAGE (overrides both),
 # SGLANG_RVV_UP_TIMEOUT (600 s; 1800 s for an emulated arch), SGLANG_RVV_QEMU_CPU (an emulated
-# arch's lock qemu_cpu), SGLANG_RVV_REPLICAS (1); the rest of the compose files' variables pass through
+# arch's lock qemu_cpu), SGLANG_RVV_REPLICAS (1), SGLANG_RVV_PROJECT (sglang-rvv); the rest of the compose files' variables pass through
 # (SGLANG_RVV_WEIGHT_DTYPE, SGLANG_RVV_GROUP_SIZE, SGLANG_RVV_LM_HEAD_DTYPE: the packed weight layout).
 # A fleet (SGLANG_RVV_REPLICAS=N): replica I is project sglang-rvv-replica-I on 127.0.0.1:PORT+I
 # with its own share of this host's CPUs (compose/replica.yaml), and the gateway
@@ -27,7 +27,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 COMPOSE_DIR="${REPO_DIR}/compose"
-PROJECT=sglang-rvv
+# SGLANG_RVV_PROJECT names another compose project (sglang-rvv): make test's second lane
+# serves from its own, so that one lane's `make down` leaves the other's appliance running.
+PROJECT="${SGLANG_RVV_PROJECT:-sglang-rvv}"
 REPLICA_PROJECT="${PROJECT}-replica-"
 GATEWAY_PROJECT="${PROJECT}-gateway"
 

@@ -36,13 +36,18 @@ image_exists() { podman image exists "$1"; }
 # usage: the calling script's header comment (line 2 up to its first line of code), as --help.
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; }
 
-# The commit this tree is: git's HEAD ("-dirty" appended when the work tree differs from it,
-# untracked files included), or in a `git archive` export (Ansible's build role ships one) the
-# hash git wrote into images/REVISION; "unknown" otherwise.
+# What the runtime and gateway images are built from: a commit that changes nothing here
+# (tests, Ansible, compose, the Makefile) builds the same images and keeps them.
+IMAGE_SOURCES=(pyproject.toml README.md app images requirements)
+
+# The commit these sources are: the last commit that changed IMAGE_SOURCES ("-dirty" appended
+# when the work tree differs from it there, untracked files included), or in a `git archive`
+# export (Ansible's build role ships one) the hash git wrote into images/REVISION; "unknown"
+# otherwise.
 source_revision() {
   local revision
-  if revision=$(git -C "${REPO_DIR}" rev-parse HEAD 2>/dev/null); then
-    [[ -z $(git -C "${REPO_DIR}" status --porcelain) ]] || revision+="-dirty"
+  if revision=$(git -C "${REPO_DIR}" log -1 --format=%H -- "${IMAGE_SOURCES[@]}" 2>/dev/null) && [[ -n ${revision} ]]; then
+    [[ -z $(git -C "${REPO_DIR}" status --porcelain -- "${IMAGE_SOURCES[@]}") ]] || revision+="-dirty"
     echo "${revision}"
   elif revision=$(<"${IMAGES_DIR}/REVISION") && [[ ${revision} =~ ^[0-9a-f]{40}$ ]]; then
     echo "${revision}"
@@ -230,9 +235,24 @@ need_lock_current() {
   python3 "${LOCK_PY}" check >/dev/null || die "images/lock.toml does not match the repo (see above)"
 }
 
+# build_lock NAME: hold BUILD_DIR/locks/NAME.lock until this script exits. Two builds that
+# share a staging directory (make test runs two lanes of tests at once) then take turns, and
+# the second finds the first's image up to date instead of deleting its context mid-build.
+build_lock() {
+  local lock="${BUILD_DIR}/locks/$1.lock"
+  need_cmd flock
+  mkdir -p "${BUILD_DIR}/locks"
+  exec {BUILD_LOCK_FD}>"${lock}"
+  if ! flock -n "${BUILD_LOCK_FD}"; then
+    log "waiting for another build that holds ${lock}"
+    flock "${BUILD_LOCK_FD}"
+  fi
+}
+
 # build_start IMAGE ARGS...: what every build script does first: parse ARGS
-# (parse_build_args), need root, podman and python3, and a lock that
-# pins IMAGE (base, runtime, model, cache, gateway) for ARCH.
+# (parse_build_args), need root, podman and python3, and a lock that pins IMAGE (base,
+# runtime, model, cache, gateway) for ARCH; then take the build lock of what IMAGE stages
+# (the runtime and the gateway share the arch's wheelhouse).
 build_start() {
   local kind="$1"
   shift
@@ -240,6 +260,10 @@ build_start() {
   need_root
   need_cmd podman python3
   need_arch_image "${kind}"
+  case "${kind}" in
+    runtime|gateway) build_lock "wheelhouse-${ARCH}" ;;
+    *) build_lock "${kind}-${ARCH}" ;;
+  esac
 }
 
 # The one label the keep-or-rebuild decision reads, on every image the build scripts make: a

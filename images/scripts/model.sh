@@ -147,6 +147,7 @@ main() {
   name="${name:-$(lock models.default)}"
   kind=$(python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" model-kind "${name}") || exit 1
   dir="${BUILD_DIR}/models/${name}"
+  build_lock "models"  # every arch's model image reads BUILD_DIR/models
   if [[ -d ${dir} ]] && verify "${name}" "${dir}" 2>/dev/null; then
     log "${dir} matches models.${name}"
     echo "${dir}"

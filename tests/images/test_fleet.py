@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from image_support import REPO, free_port, gateway_workers, run, scrape
+from image_support import COMPOSE_PROJECT, REPO, free_port, gateway_workers, run, scrape
 
 from sglang_rvv.checkpoint import write_tiny_checkpoint
 from sglang_rvv.launch.client import post_json
@@ -60,7 +60,7 @@ def fleet(amd64_images, build_logs):
 
 def _replica(index: int) -> str:
     """The container id of replica INDEX (1-based)."""
-    label = f"label=io.podman.compose.project=sglang-rvv-replica-{index}"
+    label = f"label=io.podman.compose.project={COMPOSE_PROJECT}-replica-{index}"
     out = subprocess.run(["podman", "ps", "-a", "--filter", label, "--format", "{{.ID}}"], capture_output=True,
                          text=True, check=True).stdout.split()
     assert len(out) == 1, f"replica {index}: containers {out}"

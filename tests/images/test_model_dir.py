@@ -95,12 +95,13 @@ def test_the_openai_client_gets_completions_and_chat_by_the_directory_name(serve
 
 
 def _predicted_packed_bytes(config: dict) -> int:
-    """Packed bytes of a Llama whose every projection passes the gate but k/v alone, as SGLang builds it."""
+    """Packed bytes of a Llama whose every projection passes the gate, as SGLang builds it: q/k/v
+    and gate/up fused, and the lm_head's rows padded to a multiple of 64 (its vocab padding)."""
     hidden, inter, heads = config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // heads
     qkv = (heads + 2 * config["num_key_value_heads"]) * head_dim
     per_layer = [(qkv, hidden), (heads * head_dim, hidden), (2 * inter, hidden), (hidden, inter)]
-    shapes = per_layer * config["num_hidden_layers"] + [(config["vocab_size"], hidden)]
+    shapes = per_layer * config["num_hidden_layers"] + [(-(-config["vocab_size"] // 64) * 64, hidden)]
     return sum(layout.packed_bytes(n, k) for n, k in shapes)
 
 

@@ -16,19 +16,12 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from image_support import HOST_ARCH, LOCK_PY, REPO, Container, completion, free_port, lock_get, run
+from image_support import HOST_ARCH, LOCK_PY, REPO, Container, completion, compose_container, free_port, lock_get, run
 
 CACHE_VOLUME = "/var/cache/sglang-rvv/inductor"
 MANIFEST_IN_IMAGE = "/usr/share/sglang-rvv/inductor-warm/sglang_rvv_cache_manifest.json"
 WARMUP_RE = re.compile(r"warm-up: (\d+) shape keys in [\d.]+ s, (\d+) Inductor compiles, (\d+) cache hits")
 SKIPPED_RE = re.compile(r"\((\d+) more keys routed row-major by the cached route table, not loaded\)")
-
-
-def _compose_container_id() -> str:
-    return subprocess.run(
-        ["podman", "ps", "--filter", "label=io.podman.compose.project=sglang-rvv", "--format", "{{.ID}}"],
-        check=True, capture_output=True, text=True,
-    ).stdout.split()[0]
 
 
 def _in_image(image: str, *command: str) -> str:
@@ -37,17 +30,22 @@ def _in_image(image: str, *command: str) -> str:
 
 
 def _checkout_revision() -> str:
-    """The commit this checkout is, "-dirty" when its work tree differs (as the build labels it)."""
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], check=True, capture_output=True,
-                           text=True).stdout.strip()
-    return head + ("-dirty" if dirty else "")
+    """The last commit that changed what images are built from (lib.sh's IMAGE_SOURCES) in this
+    checkout, "-dirty" when its work tree differs there: what the build should label."""
+    sources = subprocess.run(["bash", "-c", f'source "{REPO}/images/scripts/lib.sh"; echo "${{IMAGE_SOURCES[@]}}"'],
+                             check=True, capture_output=True, text=True).stdout.split()
+    assert "app" in sources and "images" in sources
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args, "--", *sources], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    return git("log", "-1", "--format=%H") + ("-dirty" if git("status", "--porcelain") else "")
 
 
 def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd64_images, build_logs):
-    # A kept image must name the commit it was built from, even when an older commit built
-    # the same files (the revision is one of the inputs its kept-or-rebuilt label digests).
+    # A kept image must name the commit whose sources it was built from, even when an older
+    # commit built the same files (the revision is one of the inputs its kept-or-rebuilt label
+    # digests).
     revision = subprocess.run(["podman", "image", "inspect", "--format",
                                '{{index .Labels "org.opencontainers.image.revision"}}', amd64_images["model"]],
                               check=True, capture_output=True, text=True).stdout.strip()
@@ -60,7 +58,7 @@ def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd
         reply = completion(port)
         assert reply["usage"]["completion_tokens"] == 8 and reply["choices"][0]["text"]
 
-        container = _compose_container_id()
+        container = compose_container()
         host = testinfra.get_host(f"podman://{container}")
         assert host.check_output("id -u") == "10001"
         assert host.check_output("id -un") == "sglang"

@@ -1,0 +1,63 @@
+"""`make test`: the whole suite as two pytest runs at once, one for each core of a CI machine.
+
+Run one after the other, the tests took more than CI's 90 minutes, and much of that time
+keeps one core busy: qemu-user running riscv64 code. The second lane holds those files (the
+emulated board, the board model's counts, the riscv64 appliance, the RVV kernels under qemu)
+and then the benchmark suite, which by then mostly runs alone; the first lane runs every other
+file beside them.
+
+The lanes share podman's storage. The build scripts take turns through their build locks
+(images/scripts/lib.sh), so an image that both lanes need is built once. The second lane
+serves from its own compose project (SGLANG_RVV_PROJECT), so one lane's `make down` leaves the
+other lane's appliance alone, and it compiles into its own Inductor cache. Its output goes
+to a log, which is printed when the first lane is done. The exit status is nonzero when
+either lane failed.
+
+    python tests/lanes.py [PYTEST_ARGS...]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SECOND = ("tests/ansible/test_emulated_board.py", "tests/images/test_board_model.py",
+          "tests/images/test_riscv64.py", "tests/images/test_rvv_kernels.py", "tests/e2e/test_bench_suite.py")
+LOG = REPO / ".cache" / "test-lanes" / "second.log"
+
+
+def _pytest(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *args]
+
+
+def main(extra: list[str]) -> int:
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    # Its own compose project, and its own Inductor cache beside the first lane's (the Makefile's
+    # TORCHINDUCTOR_CACHE_DIR): two processes compiling the same kernels into one cache
+    # directory at once have raced here.
+    shared = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", REPO / ".cache" / "inductor"))
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{shared}-lane2", "SGLANG_RVV_PROJECT": "sglang-rvv-lane2"}
+    with LOG.open("w") as log:
+        second = subprocess.Popen(_pytest(*extra, *SECOND), cwd=REPO, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        print(f"lanes: the second lane ({', '.join(SECOND)}) runs beside this one; its log is {LOG}", flush=True)
+        first = subprocess.run(_pytest(*extra, *(f"--ignore={path}" for path in SECOND), "tests"), cwd=REPO)
+        first_seconds = time.monotonic() - began
+        print(f"lanes: the first lane is done ({first_seconds:.0f} s, exit {first.returncode}); "
+              "waiting for the second", flush=True)
+        second.wait()
+    second_seconds = time.monotonic() - began
+    print(f"\n======== the second lane's log ({LOG}) ========", flush=True)
+    sys.stdout.write(LOG.read_text())
+    print(f"lanes: first {first_seconds:.0f} s (exit {first.returncode}), second {second_seconds:.0f} s "
+          f"(exit {second.returncode})")
+    return 0 if first.returncode == second.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
