@@ -117,6 +117,12 @@ class PackedRecord:
         self.layout: PackedLayout | None = None  # of the buffers; None while the module holds none
         self.buffers: tuple[str, ...] = ()
 
+    def tensors(self, module: torch.nn.Module, weight: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        """``module``'s packed tensors if they still reflect ``weight`` (the source check), else ``None``."""
+        if not self.buffers or self.source is None or not self.source.matches(weight):
+            return None
+        return tuple(module._buffers[name] for name in self.buffers)
+
 
 def record_of(module: torch.nn.Module) -> PackedRecord | None:
     route = module.__dict__.get(RECORD_ATTR)
@@ -144,9 +150,7 @@ def pack_into(module: torch.nn.Module, weight: torch.Tensor, packed_layout: Pack
 def valid_packed(module: torch.nn.Module, weight: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
     """The packed tensors if they still reflect ``weight``, else ``None``."""
     record = record_of(module)
-    if record is None or not record.buffers or record.source is None or not record.source.matches(weight):
-        return None
-    return tuple(module._buffers[name] for name in record.buffers)
+    return None if record is None else record.tensors(module, weight)
 
 
 def has_packed(module: torch.nn.Module) -> bool:

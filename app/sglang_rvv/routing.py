@@ -292,16 +292,27 @@ class ModuleRoute:
         self.projection = projection
         self.status = Status.GATE  # until the policy's plan says otherwise
         self.record = packed_state.PackedRecord()
-        self.memo: RowMajorMemo | None = None
+        self.memo: CallMemo | None = None
 
     def __call__(self, module, input, weight, bias=None) -> torch.Tensor:
         memo = self.memo
         if memo is not None and not torch.is_grad_enabled() and memo.holds(self, weight):
-            counter_key = memo.counter_keys.get((input.shape, input.dtype, input.device))
-            if counter_key is not None:
-                self.context.counters[counter_key] += 1
-                return F.linear(input, weight, bias)
+            call = memo.calls.get((input.shape, input.dtype, input.device))
+            if call is not None:
+                if call.fn is None:
+                    self.context.counters[call.counter_key] += 1
+                    return F.linear(input, weight, bias)
+                packed = self.record.tensors(module, weight)  # the source check, before every use
+                if packed is not None:
+                    self.context.counters[call.counter_key] += 1
+                    return _run(call.fn, input, packed, call.rows, call.bucket, weight.shape[0])
         return self._route(module, input, weight, bias)
+
+    def _memo(self, weight: torch.Tensor) -> CallMemo:
+        memo = self.memo
+        if memo is None or not memo.holds(self, weight):
+            memo = self.memo = CallMemo(self, weight)
+        return memo
 
     def current_status(self, module: torch.nn.Module,
                        weight: torch.Tensor) -> tuple[Status, tuple[torch.Tensor, ...] | None]:
@@ -335,51 +346,72 @@ class ModuleRoute:
             fn, operands = context.compiled.get(key), (weight,) if key.mode == Mode.ROW_MAJOR else packed
         else:
             if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
-                memo = self.memo
-                if memo is None or not memo.holds(self, weight):
-                    memo = self.memo = RowMajorMemo(self, weight)
-                memo.counter_keys[(input.shape, input.dtype, input.device)] = counter_key
+                self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, None,
+                                                                                             bucket, rows)
             return F.linear(input, weight, bias)
-        out_features = weight.shape[0]
-        flat = input.reshape(rows, in_features)
-        if bucket != rows:
-            flat = F.pad(flat, (0, 0, 0, bucket - rows))
-        out = fn(flat, *operands, out_features)
-        if bucket != rows:
-            out = out[:rows]
-        return out.reshape(*input.shape[:-1], out_features)
+        if route in MEMO_ROUTES and not torch.is_grad_enabled():
+            self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, fn, bucket, rows)
+        return _run(fn, input, operands, rows, bucket, weight.shape[0])
+
+
+def _run(fn: Callable, input: torch.Tensor, operands: tuple[torch.Tensor, ...], rows: int, bucket: int,
+         out_features: int) -> torch.Tensor:
+    """``fn`` on ``input``'s rows flattened and zero-padded to ``bucket``, sliced back after."""
+    flat = input if input.dim() == 2 else input.reshape(rows, input.shape[-1])
+    if bucket != rows:
+        flat = F.pad(flat, (0, 0, 0, bucket - rows))
+    out = fn(flat, *operands, out_features)
+    if bucket != rows:
+        out = out[:rows]
+    return out if input.dim() == 2 else out.reshape(*input.shape[:-1], out_features)
 
 
 COMPILED_ROUTES = frozenset((Route.PACKED_COMPILED, Route.ROW_MAJOR_COMPILED))
-# Row-major decisions that depend only on the input's shape, dtype and device and on
-# what RowMajorMemo guards; row_major_invalid also depends on the buffer, so it is not kept.
-MEMO_ROUTES = frozenset((Route.ROW_MAJOR_GATE, Route.ROW_MAJOR_BUDGET, Route.ROW_MAJOR_MEASURED))
+# Decisions that depend only on the input's shape, dtype and device and on what CallMemo
+# guards. row_major_invalid also depends on the buffer, and row_major_compiled's operand is
+# the live weight, so neither is kept.
+MEMO_ROUTES = frozenset((Route.PACKED_EAGER, Route.PACKED_COMPILED, Route.ROW_MAJOR_GATE, Route.ROW_MAJOR_BUDGET,
+                         Route.ROW_MAJOR_MEASURED))
 
 
-class RowMajorMemo:
-    """Row-major decisions of one route, by input (shape, dtype, device).
+class MemoCall(NamedTuple):
+    """A memoised decision: its counter key, and the packed callable (None: row-major F.linear)."""
 
-    The full decision costs ~20 us per call once a large weight has streamed
-    through the caches, about 5 % of a row-major 2048x2048 call at M=2..16,
-    which is where the route table sends most buckets. A memoised decision is
-    reused only while the weight object, the route's plan (source record and
-    status), the config and the route table are the very ones it was made with,
-    and only without grad (as SGLang and HF generate run). Any re-plan makes a
-    new source record, so it starts a new memo. It skips the source check: that
-    guards the packed buffer, which F.linear does not read; the next packed
-    call still checks it before use.
+    counter_key: tuple[str, str, str]
+    fn: Callable | None
+    bucket: int
+    rows: int
+
+
+class CallMemo:
+    """The decisions of one route, by input (shape, dtype, device).
+
+    The full decision (the status, the gate, the bucket, the route table) costs ~30 us of
+    Python per call on x86: on the board's in-order core that is tens of thousands of
+    instructions, paid by every projection of every decode step, and ~5 % of a row-major
+    2048x2048 call at M=2..16. A memoised decision is reused only while the weight object,
+    the route's plan (source record, status and packed layout), the config and the route
+    table are the very ones it was made with, and only without grad (as SGLang and HF
+    generate run). Any re-plan makes a new source record, so it starts a new memo.
+
+    A packed call still checks the source against the live weight before every use
+    (:meth:`packed_state.PackedRecord.tensors`), and takes the full path when that fails. A
+    row-major call skips the check: it guards the packed buffer, which F.linear does not
+    read; the next packed call still checks it before use.
     """
 
-    __slots__ = ("weight_ref", "source", "status", "config", "table", "counter_keys")
+    __slots__ = ("weight_ref", "source", "status", "layout", "config", "table", "calls")
 
     def __init__(self, route: ModuleRoute, weight: torch.Tensor):
         self.weight_ref = weakref.ref(weight)  # a replaced weight must not be kept alive
         self.source = route.record.source
         self.status = route.status
+        self.layout = route.record.layout
         self.config = route.context.config
         self.table = route.context.table
-        self.counter_keys: dict[tuple, tuple[str, str, str]] = {}
+        self.calls: dict[tuple, MemoCall] = {}
 
     def holds(self, route: ModuleRoute, weight: torch.Tensor) -> bool:
         return (self.weight_ref() is weight and self.source is route.record.source and self.status == route.status
-                and self.config is route.context.config and self.table is route.context.table)
+                and self.layout is route.record.layout and self.config is route.context.config
+                and self.table is route.context.table)

@@ -246,7 +246,7 @@ def test_seeding_copies_the_table_and_keeps_one_already_there(tmp_path):
 
 def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_plan(llama, policy, tmp_path,
                                                                                      monkeypatch):
-    """The row-major fast path (RowMajorMemo) gives the full decision's label, and a re-plan,
+    """The row-major fast path (CallMemo) gives the full decision's label, and a re-plan,
     an invalidation, a table change or a replaced weight sends the call through the full one."""
     monkeypatch.setattr(warmup, "measure_key", _fake_timings({4}))
     warm_up(policy, table_dir=tmp_path)
@@ -258,7 +258,7 @@ def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_pl
         policy.counters.clear()
         out, ref = _call(o_proj, 3)
         assert torch.equal(out, ref) and policy.counters == {measured: 1}
-    assert route.memo is not None and list(route.memo.counter_keys.values()) == [measured]
+    assert route.memo is not None and [(c.counter_key, c.fn) for c in route.memo.calls.values()] == [(measured, None)]
 
     # Invalidation without repack: the memo's status no longer holds, the full path says invalid.
     policy.invalidate(repack=False)
@@ -290,6 +290,38 @@ def test_a_memoised_row_major_decision_counts_the_same_and_never_outlives_its_pl
     assert old() is None
     out, ref = _call(o_proj, 3)
     assert torch.equal(out, ref)
+
+
+def test_a_memoised_packed_decision_still_checks_the_source_before_every_use(llama):
+    """The packed fast path (CallMemo) gives the full decision's label and the kernel's result;
+    a weight bumped in place fails the source check there, so the call takes the full path,
+    which re-plans, and never reads the stale buffer."""
+    install_rvv_policy(llama, RvvPolicyConfig(regional_compile=False))
+    policy = policy_of(llama)
+    o_proj = llama.model.layers[0].self_attn.o_proj
+    route = o_proj.__dict__[ROUTE_ATTR]
+    packed = ("o_proj", routing.Route.PACKED_EAGER, "4")
+
+    def call_and_check():
+        x = torch.randn(3, o_proj.weight.shape[1], dtype=torch.bfloat16)
+        with torch.no_grad():
+            out = o_proj(x)
+        assert_bf16_close(out.float(), F.linear(x.double(), o_proj.weight.double()))
+
+    for _ in range(3):
+        policy.counters.clear()
+        call_and_check()
+        assert policy.counters == {packed: 1}
+    (call,) = route.memo.calls.values()
+    assert call.counter_key == packed and call.fn is routing.PACKED_BODIES["bf16"] and call.bucket == 4
+    first_source = route.record.source
+
+    with torch.no_grad():
+        o_proj.weight.mul_(2)  # in place: same object, a new version
+    policy.counters.clear()
+    call_and_check()  # the memo still holds the weight object; the source check sends it the full way
+    assert route.record.source is not first_source and route.memo.source is route.record.source
+    assert policy.counters == {packed: 1}
 
 
 def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_major(llama, policy, tmp_path,
