@@ -36,18 +36,13 @@ image_exists() { podman image exists "$1"; }
 # usage: the calling script's header comment (line 2 up to its first line of code), as --help.
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; }
 
-# What the runtime and gateway images are built from: a commit that changes nothing here
-# (tests, Ansible, compose, the Makefile) builds the same images and keeps them.
-IMAGE_SOURCES=(pyproject.toml README.md app images requirements)
-
-# The commit these sources are: the last commit that changed IMAGE_SOURCES ("-dirty" appended
-# when the work tree differs from it there, untracked files included), or in a `git archive`
-# export (Ansible's build role ships one) the hash git wrote into images/REVISION; "unknown"
-# otherwise.
+# The commit this tree is: git's HEAD ("-dirty" appended when the work tree differs from it,
+# untracked files included), or in a `git archive` export (Ansible's build role ships one) the
+# hash git wrote into images/REVISION; "unknown" otherwise.
 source_revision() {
   local revision
-  if revision=$(git -C "${REPO_DIR}" log -1 --format=%H -- "${IMAGE_SOURCES[@]}" 2>/dev/null) && [[ -n ${revision} ]]; then
-    [[ -z $(git -C "${REPO_DIR}" status --porcelain -- "${IMAGE_SOURCES[@]}") ]] || revision+="-dirty"
+  if revision=$(git -C "${REPO_DIR}" rev-parse HEAD 2>/dev/null); then
+    [[ -z $(git -C "${REPO_DIR}" status --porcelain) ]] || revision+="-dirty"
     echo "${revision}"
   elif revision=$(<"${IMAGES_DIR}/REVISION") && [[ ${revision} =~ ^[0-9a-f]{40}$ ]]; then
     echo "${revision}"

@@ -30,22 +30,17 @@ def _in_image(image: str, *command: str) -> str:
 
 
 def _checkout_revision() -> str:
-    """The last commit that changed what images are built from (lib.sh's IMAGE_SOURCES) in this
-    checkout, "-dirty" when its work tree differs there: what the build should label."""
-    sources = subprocess.run(["bash", "-c", f'source "{REPO}/images/scripts/lib.sh"; echo "${{IMAGE_SOURCES[@]}}"'],
-                             check=True, capture_output=True, text=True).stdout.split()
-    assert "app" in sources and "images" in sources
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *args, "--", *sources], check=True,
-                              capture_output=True, text=True).stdout.strip()
-    return git("log", "-1", "--format=%H") + ("-dirty" if git("status", "--porcelain") else "")
+    """The commit this checkout is, "-dirty" when its work tree differs (as the build labels it)."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], check=True, capture_output=True,
+                           text=True).stdout.strip()
+    return head + ("-dirty" if dirty else "")
 
 
 def test_make_up_serves_a_completion_and_the_container_is_what_the_lock_says(amd64_images, build_logs):
-    # A kept image must name the commit whose sources it was built from, even when an older
-    # commit built the same files (the revision is one of the inputs its kept-or-rebuilt label
-    # digests).
+    # A kept image must name the commit it was built from, even when an older commit built
+    # the same files (the revision is one of the inputs its kept-or-rebuilt label digests).
     revision = subprocess.run(["podman", "image", "inspect", "--format",
                                '{{index .Labels "org.opencontainers.image.revision"}}', amd64_images["model"]],
                               check=True, capture_output=True, text=True).stdout.strip()
