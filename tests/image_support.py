@@ -135,8 +135,9 @@ def gateway_workers(port: int) -> dict[str, bool]:
 REPORT = "/var/cache/sglang-rvv/inductor/{key}/sglang_rvv_report.json"
 
 
-# The compose project `make up` starts (images/scripts/compose.sh): make test's second lane has its own.
-COMPOSE_PROJECT = os.environ.get("SGLANG_RVV_PROJECT", "sglang-rvv")
+# The compose project `make up` starts (images/scripts/compose.sh: the lock's app.name): make
+# test's second lane has its own.
+COMPOSE_PROJECT = os.environ.get("SGLANG_RVV_PROJECT") or lock_get("app.name")
 
 
 def compose_container() -> str:

@@ -24,24 +24,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import shutil
-import struct
 import sys
 from pathlib import Path
 
+# The one .safetensors header parser, shared with the smoke test. The app's package imports
+# nothing heavy at its top, and that module is standard library only.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))
+from sglang_rvv.safetensors_format import HeaderError, read_header  # noqa: E402
+
 EXIT_REFUSED = 2
 # Decoder-only model types SGLang 0.5.21 serves on CPU and this appliance is tested with or
-# close to (the policy packs their Linear layers; others it routes row-major with a warning).
+# close to: the policy packs the Linear layers of those in sglang_rvv.archs.SUPPORTED (a subset,
+# tests/unit/test_archs.py) and routes the others row-major with a warning.
 MODEL_TYPES = frozenset({
     "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
     "phi3", "granite", "olmo", "olmo2", "internlm2", "minicpm", "stablelm", "starcoder2", "exaone",
     "deepseek_v2", "deepseek_v3", "mixtral", "glm4",
 })
 DTYPES = frozenset({"bfloat16", "float16", "float32"})  # served as BF16 (--dtype bfloat16)
-TENSOR_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I8": 1, "U8": 1, "I16": 2, "U16": 2, "I32": 4,
-                "U32": 4, "I64": 8, "U64": 8, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 FLOAT_TENSORS = frozenset({"BF16", "F16", "F32"})
 TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
 OTHER_WEIGHTS = (".bin", ".pth", ".pt", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf")
@@ -99,36 +101,10 @@ def check_config(directory: Path) -> str:
 
 def safetensors_header(path: Path) -> dict[str, dict]:
     """The tensors a .safetensors file lists, each checked to lie inside the file."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise Refused(f"{path}: truncated ({size} bytes, no safetensors header)")
-        length = struct.unpack("<Q", head)[0]
-        if length > size - 8:
-            raise Refused(f"{path}: truncated (header of {length} bytes, file of {size})")
-        try:
-            header = json.loads(f.read(length))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise Refused(f"{path}: unreadable safetensors header ({exc})") from None
-    if not isinstance(header, dict):
-        raise Refused(f"{path}: unreadable safetensors header (not a JSON object)")
-    header.pop("__metadata__", None)
-    data = size - 8 - length
-    for name, info in header.items():
-        try:
-            begin, end = info["data_offsets"]
-            need = math.prod(info["shape"]) * TENSOR_BYTES[info["dtype"]]
-        except (KeyError, TypeError, ValueError):
-            raise Refused(f"{path}: tensor {name}: malformed header entry {info}") from None
-        if not 0 <= begin <= end:
-            raise Refused(f"{path}: tensor {name}: data_offsets {info['data_offsets']} are not an ascending range")
-        if end - begin != need:
-            raise Refused(f"{path}: tensor {name}: {end - begin} bytes for {info['dtype']} {info['shape']} "
-                          f"(needs {need})")
-        if end > data:
-            raise Refused(f"{path}: truncated: tensor {name} ends at byte {end} of a {data}-byte data section")
-    return header
+    try:
+        return read_header(path)[0]
+    except HeaderError as exc:
+        raise Refused(f"{path}: {exc}") from None
 
 
 def check_weights(directory: Path, names: set[str]) -> tuple[int, int]:

@@ -27,9 +27,10 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 COMPOSE_DIR="${REPO_DIR}/compose"
-# SGLANG_RVV_PROJECT names another compose project (sglang-rvv): make test's second lane
-# serves from its own, so that one lane's `make down` leaves the other's appliance running.
-PROJECT="${SGLANG_RVV_PROJECT:-sglang-rvv}"
+# SGLANG_RVV_PROJECT names another compose project than the app's name (the lock's app.name,
+# sglang-rvv): make test's second lane serves from its own, so that one lane's `make down`
+# leaves the other's appliance running.
+PROJECT="${SGLANG_RVV_PROJECT:-$(lock app.name)}"
 REPLICA_PROJECT="${PROJECT}-replica-"
 GATEWAY_PROJECT="${PROJECT}-gateway"
 

@@ -1,4 +1,4 @@
-"""The board model's instrument and its gates (issue 22): the counting plugin on a program whose
+"""The board model's instrument and its gates: the counting plugin on a program whose
 counts are known exactly, a qemu without plugin support named, then the tiny model's decode step
 in the riscv64 runtime image's rootfs against tests/images/data/board-model-baseline.json.
 

@@ -143,7 +143,7 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
 
 
 def _verdicts(run_dir: Path) -> list[bool | None]:
-    """The verdicts of the targets judged on this run (off the board: the issue-6 ones)."""
+    """The verdicts of the targets judged on this run (off the board: the policy's)."""
     return [t.met for t in targets(results.load_run(run_dir)) if t.not_judged is None]
 
 

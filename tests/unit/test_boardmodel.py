@@ -94,8 +94,8 @@ def test_every_constant_names_its_source_or_says_assumption():
 
 
 def test_weight_bytes_of_qwen3_0_6b_are_its_projections_and_head_at_bf16():
-    # issue 24's packed_bytes (1,191,968,768 B) is exactly what the policy packs at this shape:
-    # every projection but k/v (N=1024 passes the gate too, so all of them), plus lm_head.
+    # The packed_bytes the policy reports for Qwen3-0.6B (1,191,968,768 B) is exactly these bytes:
+    # every projection (k/v's N=1024 passes the gate too, so all of them), plus lm_head.
     assert model.weight_bytes_bf16(run.shape("qwen3-0.6b")) == 1_191_968_768
 
 

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..launch.client import json_request, post_json
 
 REQUEST_TIMEOUT = 600.0
-INPUT_LEN, OUTPUT_LEN = 64, 8  # the issue-6 request shape: one-batch, serving and fleet
+INPUT_LEN, OUTPUT_LEN = 64, 8  # one request shape for the one-batch, serving and fleet benchmarks
 # Plain lower-case syllables: text that every tokenizer splits into ordinary tokens.
 _SYLLABLES = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
 

@@ -1,4 +1,4 @@
-"""Benchmark suite (issue 6): one-batch, serving, kernel, HF generate and fleet into one run directory.
+"""Benchmark suite: one-batch, serving, kernel, HF generate and fleet into one run directory.
 
 One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
 :mod:`sglang_rvv.bench.results` for its layout), then ``sglang-rvv report DIR``:

@@ -2,7 +2,7 @@
 
 Every constant is here, with its source or the word "assumption". Nothing is fitted: the one
 published anchor is shown beside the prediction, never used to tune it. The first board run's
-``perf stat`` instructions and cycles (issue 22, section 3) are what should replace the IPC
+``perf stat`` instructions and cycles are what should replace the IPC
 assumptions.
 
     t(token) = max(weight_bytes / BANDWIDTH, kernel_cycles / FREQ)     the kernel overlaps its stream
@@ -40,13 +40,13 @@ CONSTANTS = {
                                       "stream"),
     "ipc_kernel": Constant(1.0, "insn/cycle", "assumption: the kernel's scalar instructions "
                            "(loop control, address arithmetic) on the dual-issue in-order X60"),
-    "ipc_torch": Constant(0.7, "insn/cycle", "assumption (issue 24): branchy C++ on an in-order "
+    "ipc_torch": Constant(0.7, "insn/cycle", "assumption: branchy C++ on an in-order "
                           "dual-issue core"),
-    "ipc_interpreter": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
-    "ipc_libgomp": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
-    "ipc_libc": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
-    "ipc_libm": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
-    "ipc_other": Constant(0.7, "insn/cycle", "assumption (issue 24)"),
+    "ipc_interpreter": Constant(0.7, "insn/cycle", "assumption"),
+    "ipc_libgomp": Constant(0.7, "insn/cycle", "assumption"),
+    "ipc_libc": Constant(0.7, "insn/cycle", "assumption"),
+    "ipc_libm": Constant(0.7, "insn/cycle", "assumption"),
+    "ipc_other": Constant(0.7, "insn/cycle", "assumption"),
 }
 
 # Published board figures for a comparable configuration, shown beside the prediction.

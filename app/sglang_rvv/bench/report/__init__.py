@@ -1,4 +1,4 @@
-"""The benchmark report: tables, issue-6 and board targets, a CSV and plots from suite run directories.
+"""The benchmark report: tables, the policy's and the board's targets, a CSV and plots from suite run directories.
 
 ``sglang-rvv report DIR [DIR...] [--out DIR]`` reads directories written by
 ``python -m sglang_rvv.bench suite``. For each it writes ``report.md``,

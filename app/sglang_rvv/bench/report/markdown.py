@@ -302,7 +302,7 @@ def _route_table_md(run: Run) -> str:
     return _table(["projection", "bucket", "N x K", "packed µs", "row-major µs", "route", "source"], rows)
 
 
-SECTIONS = (("Targets (issue 6 and the BPI-F3)", _targets_md), ("One-batch", _one_batch_md),
+SECTIONS = (("Targets (the policy's and the BPI-F3's)", _targets_md), ("One-batch", _one_batch_md),
             ("Serving, concurrency 1 vs 2", _serving_md), ("Hugging Face generate", _hf_generate_md),
             ("Server start, cold vs warm cache", _start_md), ("RSS vs predicted packed bytes", _rss_md),
             ("Measured route table", _route_table_md), ("Bucket hits", _calls_md),
@@ -331,7 +331,7 @@ def render_comparison(runs: list[Run], plots: list[Path] = (), base: Path | None
     parts = [f"# sglang-rvv benchmark comparison: {len(runs)} runs", "\n".join(
         f"- {run.label}: `{run.dir}`, model `{Path(run.meta['provenance']['model']['path']).name}`, "
         f"commit {(run.meta['provenance']['source'].get('commit') or 'n/a')[:12]}" for run in runs)]
-    parts += ["## Targets (issue 6 and the BPI-F3)", _table(["target", *labels], [
+    parts += ["## Targets (the policy's and the BPI-F3's)", _table(["target", *labels], [
         [per_run[0].name, *[f"{t.measured} — **{t.verdict}**" for t in per_run]]
         for per_run in zip(*(targets(run) for run in runs), strict=True)])]
     values: dict[str, dict[tuple, dict[str, float]]] = {}

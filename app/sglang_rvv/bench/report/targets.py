@@ -1,5 +1,5 @@
-"""The issue-6 and BPI-F3 board targets: their thresholds, :class:`Target` and the verdicts of
-:func:`targets`."""
+"""The policy's targets and the BPI-F3 board targets: their thresholds, :class:`Target` and the
+verdicts of :func:`targets`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from ..results import COLD, WARM, Run
 from .stats import fmt, ratio, threads
 from .summaries import RSS_MEASURES, hf_generate, kernel, layouts, one_batch_summary, rss_summary, start_summary
 
-# The issue-6 targets.
+# The policy's targets, judged on every run: the flag's decode speed-up, its RSS cost, a warm
+# start's share of a cold one, and the packed kernel's share of the measured bandwidth.
 DECODE_RATIO_MIN = 1.10
 RSS_TOLERANCE = 0.10
 WARM_START_RATIO_MAX = 0.30
