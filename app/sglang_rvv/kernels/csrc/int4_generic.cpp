@@ -20,32 +20,12 @@ void quantize_int4_32x(const uint16_t* weight, uint8_t* qweight, uint16_t* scale
                   });
 }
 
-// Per row and block: 32 group sums and 32 accumulators on the stack, groups in order.
+// A block: kp / 2 rows of 32 nibble pairs (two K steps a byte).
 void linear_int4_32x_generic(const QuantLinearArgs& a, int64_t block_begin, int64_t block_end, float* /*scratch*/) {
-  const int64_t groups = (a.k + a.group - 1) / a.group, kp = groups * a.group;
-  for (int64_t b = block_begin; b < block_end; ++b) {
-    const uint8_t* w = a.qweight + b * (kp / 2) * kBlockN;
-    const uint16_t* sc = a.scales + b * groups * kBlockN;
-    const int64_t lanes_end = min64(a.lane_end, a.n - b * kBlockN);
-    for (int64_t r = 0; r < a.m; ++r) {
-      const uint16_t* x = a.x + r * a.k;
-      float acc[kBlockN] = {};
-      for (int64_t g = 0; g < groups; ++g) {
-        float s[kBlockN] = {};
-        for (int64_t k = g * a.group; k < min64(g * a.group + a.group, a.k); ++k) {
-          const float xk = bf16_to_f32(x[k]);
-          for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
-            s[j] = __builtin_fmaf(xk, static_cast<float>(int4_value(w[(k / 2) * kBlockN + j], k)), s[j]);
-          }
-        }
-        for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
-          acc[j] = __builtin_fmaf(s[j], bf16_to_f32(sc[g * kBlockN + j]), acc[j]);
-        }
-      }
-      uint16_t* out = a.out + r * a.n + b * kBlockN;
-      for (int64_t j = a.lane_begin; j < lanes_end; ++j) out[j] = f32_to_bf16_rne(acc[j]);
-    }
-  }
+  const int64_t kp = (a.k + a.group - 1) / a.group * a.group;
+  linear_quant_blocks(a, block_begin, block_end, kp / 2 * kBlockN, [](const uint8_t* w, int64_t k, int64_t j) {
+    return int4_value(w[(k / 2) * kBlockN + j], k);
+  });
 }
 
 }  // namespace sglang_rvv

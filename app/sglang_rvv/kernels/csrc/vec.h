@@ -82,6 +82,39 @@ void quantize_blocks(const uint16_t* weight, uint16_t* scales, int64_t n, int64_
   }
 }
 
+// The scalar quantized kernel, both layouts' twin: blocks [block_begin, block_end) of a call in
+// kernels.h's arithmetic order, per row and block 32 group sums and 32 accumulators on the
+// stack, groups in order. A block's qweight is block_bytes long, and q(w, k, j) reads the value
+// of column k, lane j from the block starting at w; the layouts differ only there.
+template <class Q>
+void linear_quant_blocks(const QuantLinearArgs& a, int64_t block_begin, int64_t block_end, int64_t block_bytes,
+                         Q q) {
+  const int64_t groups = (a.k + a.group - 1) / a.group;
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const uint8_t* w = a.qweight + b * block_bytes;
+    const uint16_t* sc = a.scales + b * groups * kBlockN;
+    const int64_t lanes_end = min64(a.lane_end, a.n - b * kBlockN);
+    for (int64_t r = 0; r < a.m; ++r) {
+      const uint16_t* x = a.x + r * a.k;
+      float acc[kBlockN] = {};
+      for (int64_t g = 0; g < groups; ++g) {
+        float s[kBlockN] = {};
+        for (int64_t k = g * a.group; k < min64(g * a.group + a.group, a.k); ++k) {
+          const float xk = bf16_to_f32(x[k]);
+          for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
+            s[j] = __builtin_fmaf(xk, static_cast<float>(q(w, k, j)), s[j]);
+          }
+        }
+        for (int64_t j = a.lane_begin; j < a.lane_end; ++j) {
+          acc[j] = __builtin_fmaf(s[j], bf16_to_f32(sc[g * kBlockN + j]), acc[j]);
+        }
+      }
+      uint16_t* out = a.out + r * a.n + b * kBlockN;
+      for (int64_t j = a.lane_begin; j < lanes_end; ++j) out[j] = f32_to_bf16_rne(acc[j]);
+    }
+  }
+}
+
 #if defined(__riscv_vector)
 
 // vl BF16 values at p as FP32 (e32m4; the source is e16m2): vzext.vf2, then vsll.vi 16.
