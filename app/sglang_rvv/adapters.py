@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .archs import SUPPORTED, sglang_classes
+from .archs import SUPPORTED
 from .routing import ROUTE_ATTR, ModuleRoute
 
 _HF_KINDS = {
@@ -23,7 +23,6 @@ _HF_KINDS = {
     "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
     "down_proj": "down_proj",
 }
-_SGLANG_KINDS = {k: k for k in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}
 
 
 class TiedLmHeadError(RuntimeError):
@@ -140,37 +139,19 @@ def hf_named_adapter(name: str = "hf_named") -> Adapter:
     )
 
 
-# -- SGLang -------------------------------------------------------------------
+# -- Registered by framework packages ----------------------------------------
 
-def _detect_sglang(model: torch.nn.Module) -> bool:
-    cls = type(model)
-    return f"{cls.__module__}.{cls.__name__}" in sglang_classes()
-
-
-# sglang_rvv.srt.methods needs SGLang: imported only once an SGLang model is adapted.
-def _install_sglang_route(module: torch.nn.Module, route: ModuleRoute) -> None:
-    from .srt.methods import install_route
-
-    install_route(module, route)
+# Tried in order by resolve_adapter. A framework's package registers its own adapter
+# (sglang_rvv.srt does for SGLang's models, before it installs the policy), so this module and
+# the policy above it never import SGLang.
+_ADAPTERS: list[Adapter] = [HF_ADAPTER]
 
 
-def _sglang_module_gate(module: torch.nn.Module) -> str | None:
-    from .srt.methods import sglang_gate
-
-    return sglang_gate(module)
-
-
-def _sglang_tied(model: torch.nn.Module) -> bool:
-    return model.lm_head is model.model.embed_tokens
-
-
-SGLANG_ADAPTER = Adapter(
-    name="sglang", kinds=_SGLANG_KINDS, detect=_detect_sglang, install_route=_install_sglang_route,
-    lm_head_tied=_sglang_tied, module_gate=_sglang_module_gate,
-)
-
-ADAPTERS = (SGLANG_ADAPTER, HF_ADAPTER)
+def register(adapter: Adapter) -> None:
+    """Make ``adapter`` the first one :func:`resolve_adapter` tries; registering it again is a no-op."""
+    if adapter not in _ADAPTERS:
+        _ADAPTERS.insert(0, adapter)
 
 
 def resolve_adapter(model: torch.nn.Module) -> Adapter | None:
-    return next((a for a in ADAPTERS if a.detect(model)), None)
+    return next((a for a in _ADAPTERS if a.detect(model)), None)

@@ -82,7 +82,7 @@ def test_the_checker_finds_a_cycle():
 def test_the_checker_reads_relative_and_lazy_imports():
     modules = _modules()
     assert "sglang_rvv.routing" in _imports("sglang_rvv.srt.methods", modules["sglang_rvv.srt.methods"], modules)
-    assert "sglang_rvv.srt.methods" in _imports("sglang_rvv.adapters", modules["sglang_rvv.adapters"], modules)
+    assert "sglang_rvv.policy" in _imports("sglang_rvv.srt.plugin", modules["sglang_rvv.srt.plugin"], modules)
 
 
 def test_no_import_cycle_among_the_apps_modules():
@@ -91,17 +91,32 @@ def test_no_import_cycle_among_the_apps_modules():
     assert _cycles(graph) == []
 
 
-def test_the_entrypoint_imports_no_harness():
-    """The container entrypoint runs at every start: it needs the SGLang arguments, not the
-    supervisor, the client, the cache build, the benchmarks or the smoke."""
-    modules = _modules()
-    graph = {module: _imports(module, path, modules) for module, path in modules.items()}
-    reached, todo = set(), ["sglang_rvv.entrypoint"]
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    reached, todo = set(), [start]
     while todo:
         module = todo.pop()
         if module not in reached:
             reached.add(module)
             todo.extend(graph[module])
+    return reached
+
+
+def test_the_policy_reaches_nothing_of_sglangs_side():
+    """The runtime core (the policy and everything it imports) never imports sglang_rvv.srt: SGLang's
+    side registers its adapter with the core (sglang_rvv.srt.adapter), not the other way round."""
+    modules = _modules()
+    graph = {module: _imports(module, path, modules) for module, path in modules.items()}
+    reached = _reached(graph, "sglang_rvv.policy")
+    assert {"sglang_rvv.adapters", "sglang_rvv.routing", "sglang_rvv.packed_state"} <= reached
+    assert sorted(m for m in reached if m.startswith("sglang_rvv.srt")) == []
+
+
+def test_the_entrypoint_imports_no_harness():
+    """The container entrypoint runs at every start: it needs the SGLang arguments, not the
+    supervisor, the client, the cache build, the benchmarks or the smoke."""
+    modules = _modules()
+    graph = {module: _imports(module, path, modules) for module, path in modules.items()}
+    reached = _reached(graph, "sglang_rvv.entrypoint")
     assert "sglang_rvv.launch.args" in reached
     harness = ("sglang_rvv.launch.process", "sglang_rvv.launch.client", "sglang_rvv.cache_build",
                "sglang_rvv.bench", "sglang_rvv.smoke")

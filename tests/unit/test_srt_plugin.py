@@ -1,6 +1,6 @@
 """The plugin's request check: which model names a server answers to."""
 
-from sglang_rvv.srt.plugin import unknown_model
+from sglang_rvv.srt.workarounds import unknown_model
 
 
 def test_the_served_name_the_path_default_and_lora_adapters_are_known():
