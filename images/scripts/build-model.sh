@@ -36,26 +36,34 @@ stage_lock_model() {
     "${MODEL}" >"${ctx}/model.json"
 }
 
-# build RUNTIME (build_step's FUNCTION): the checkpoint into a context, then the image.
+# stage_checkpoint: SGLANG_RVV_CHECKPOINT_DIR checked, copied and hashed into its build context
+# (checkpoint.py stage); prints the copy's key. The copy is what gets built, so its key names the
+# image: a file that changed since model_key named the directory gives another key, and so
+# another image.
+stage_checkpoint() {
+  local staging="${BUILD_DIR}/model-context-staging-${ARCH}-$$" key
+  rm -rf "${staging}"
+  mkdir -p "${staging}"
+  log "staging ${SGLANG_RVV_CHECKPOINT_DIR} (check, copy, sha256 of every file)"
+  key=$(python3 "${IMAGES_DIR}/scripts/checkpoint.py" stage "${SGLANG_RVV_CHECKPOINT_DIR}" "${staging}") \
+    || { rm -rf "${staging}"; die "${SGLANG_RVV_CHECKPOINT_DIR} cannot be served (above); nothing was built"; }
+  [[ ${key} == "${MODEL}" ]] || log "${SGLANG_RVV_CHECKPOINT_DIR} changed while it was staged: building it as ${key}"
+  rm -rf "${BUILD_DIR}/model-context-${key}-${ARCH}"
+  mv "${staging}" "${BUILD_DIR}/model-context-${key}-${ARCH}"
+  echo "${key}"
+}
+
+# build RUNTIME (build_step's FUNCTION): the checkpoint into a context (a checkpoint directory's
+# is staged already), then the image.
 build() {
-  local runtime="$1" ctx served revision key origin=()
+  local runtime="$1" ctx served revision origin=()
   ctx="${BUILD_DIR}/model-context-${MODEL}-${ARCH}"
-  rm -rf "${ctx}"
-  mkdir -p "${ctx}"
   if [[ -n ${SGLANG_RVV_CHECKPOINT_DIR:-} ]]; then
-    log "staging ${SGLANG_RVV_CHECKPOINT_DIR} (check, copy, sha256 of every file)"
-    key=$(python3 "${IMAGES_DIR}/scripts/checkpoint.py" stage "${SGLANG_RVV_CHECKPOINT_DIR}" "${ctx}") \
-      || { rm -rf "${ctx}"; die "${SGLANG_RVV_CHECKPOINT_DIR} cannot be served (above); nothing was built"; }
-    if [[ ${key} != "${MODEL}" ]]; then  # a file changed since it was named: build what was copied
-      log "${SGLANG_RVV_CHECKPOINT_DIR} changed while it was staged: building it as ${key}"
-      rm -rf "${BUILD_DIR}/model-context-${key}-${ARCH}"
-      mv "${ctx}" "${BUILD_DIR}/model-context-${key}-${ARCH}"
-      MODEL="${key}" ctx="${BUILD_DIR}/model-context-${key}-${ARCH}"
-      step_retarget "$(image_name model "${ARCH}" "${key}")" "$(model_inputs "${runtime}")"
-    fi
     served=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "${ctx}/model.json")
     revision="dir:${MODEL##*-}"
   else
+    rm -rf "${ctx}"
+    mkdir -p "${ctx}"
     stage_lock_model "${ctx}"
     served="${MODEL}"
     case "$(lock "models.${MODEL}.kind")" in
@@ -90,7 +98,12 @@ main() {
   [[ -n ${SGLANG_RVV_CHECKPOINT_DIR:-} ]] || python3 "${LOCK_PY}" "${LOCK_ARGS[@]}" model-kind "${MODEL}" >/dev/null || exit 1
   runtime=$(image_name runtime "${ARCH}")
   image_exists "${runtime}" || die "runtime image ${runtime} not found: run images/scripts/build-runtime.sh ${ARCH}"
+  if [[ -n ${SGLANG_RVV_CHECKPOINT_DIR:-} ]]; then
+    kept "$(image_name model "${ARCH}" "${MODEL}")" "$(model_inputs "${runtime}")" && return 0
+    MODEL=$(stage_checkpoint)
+  fi
   build_step "$(image_name model "${ARCH}" "${MODEL}")" "$(model_inputs "${runtime}")" build "${runtime}"
+  rm -rf "${BUILD_DIR}/model-context-${MODEL}-${ARCH}"  # left staged when the copy's image was up to date
 }
 
 main "$@"

@@ -291,8 +291,7 @@ remove_tmp_refs() {
 # once their inputs are known. IMAGE built from INPUTS is kept (kept: "is up to date").
 # Otherwise FUNCTION ARGS... stages what the image needs and calls build_image, which builds it
 # under a temporary name labelled INPUTS; only then is it tagged IMAGE (and each TAG), and the
-# time and size reported. A FUNCTION that finds it is building another image than IMAGE (a
-# checkpoint changed while it was copied) says so first with step_retarget.
+# time and size reported.
 build_step() {
   local also=()
   while [[ ${1:-} == --also ]]; do
@@ -316,8 +315,6 @@ build_step() {
   log "${STEP_IMAGE}${also[*]:+ (also ${also[*]})}: $(podman image inspect --format '{{.Size}}' "${STEP_IMAGE}" | numfmt --to=iec)"
 }
 
-# step_retarget IMAGE INPUTS: the build_step under way makes IMAGE, from INPUTS, instead.
-step_retarget() { STEP_IMAGE="$1" STEP_INPUTS="$2"; }
 
 # build_image [--verbose] CONTEXT CONTAINERFILE [PODMAN BUILD ARGS...]: inside build_step, build
 # its image for ARCH, offline, with clamped timestamps and the INPUTS_LABEL, under a temporary
