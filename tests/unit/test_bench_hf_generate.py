@@ -1,4 +1,5 @@
-"""The suite's Hugging Face generate step on the tiny Llama: both modes measured, outputs equal."""
+"""The suite's Hugging Face generate step on the tiny Llama: row-major and bf16 packed measured with
+equal outputs, then int8 and int4 on the same model, each beside bf16 packed."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ def test_generate_step_off_and_on_on_the_tiny_llama(tmp_path):
     results.write_meta(run_dir, {"provenance": {}})
 
     # The suite's own step: its process, the result file and the policy report it points to.
-    suite.run_hf_generate(model_dir, run_dir, {}, repetitions=1, seed=0, progress=Progress())
+    suite.run_hf_generate(model_dir, run_dir, {}, repetitions=1, seed=0, progress=Progress(),
+                          weight_dtypes=("bf16", "int8", "int4"))
 
     run = results.load_run(run_dir)
     record = run.of("hf_generate")["generate"]
     assert record["input_len"] == 64 and record["output_len"] == 8 and len(record["prompt_ids"]) == 64
-    for mode in hf_generate.MODES:
+    assert list(record["modes"]) == ["off", "on", "on-int8", "on-int4"]
+    for mode in record["modes"]:
         raw = record["modes"][mode]
         assert len(raw["output_ids"]) == 8
         assert all(full > prefill > 0 for prefill, full in zip(raw["prefill_s"], raw["full_s"], strict=True))
@@ -32,6 +35,15 @@ def test_generate_step_off_and_on_on_the_tiny_llama(tmp_path):
     for mode in hf_generate.MODES:
         assert summary[mode]["prefill_tok_s"] > 0 and summary[mode]["decode_tok_s"] > 0 and summary[mode]["n"] == 1
     assert summary["ratio"]["decode_tok_s"] > 0
+    # Each quantized layout really packed (fewer bytes than bf16: int4 fewest), fell back nowhere,
+    # and is rated against bf16 packed.
+    installs = record["layouts"]
+    assert installs["bf16"]["packed_bytes"] > installs["int8"]["packed_bytes"] > installs["int4"]["packed_bytes"] > 0
+    for name in ("int8", "int4"):
+        v = summary["layouts"][name]
+        assert v["fell_back"] == {} and v["ids"] == 8 and 0 <= v["leading_ids_equal"] <= 8
+        assert v["vs_bf16"] == v["decode_tok_s"] / summary["on"]["decode_tok_s"] > 0
+    print(json.dumps({name: v["vs_bf16"] for name, v in summary["layouts"].items()}))
     policy = run.policy_report(record)
     assert policy["packed_bytes"] == record["packed_bytes"] > 0 and policy["warmup"]["keys"]
     print(json.dumps(summary["ratio"]))  # the measured ratios, for the log (-s)

@@ -57,13 +57,15 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
              packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
              slow_m16=True, route_table=True, kernel=True, hf_off=10.0, hf_on=13.0, hf_equal=True,
              hf=True, cell_read_us=None, linear_again=None, provenance=PROVENANCE, kernel_facts=None,
-             kernel_threads=None, layouts=None) -> Path:
+             kernel_threads=None, layouts=None, hf_layouts=None) -> Path:
     """A complete run directory whose derived numbers are known in advance.
 
     ``kernel_threads`` ({thread count: speed-up}, every kernel time divided by it) writes the kernel
     record as ``linear --threads`` does, with ``kernel_facts``; ``None`` writes one from before that
     (no thread count, the provider only). ``layouts`` (the rows ``bench layouts`` measured) writes
-    a layouts step, its ratios derived as that command derives them.
+    a layouts step, its ratios derived as that command derives them. ``hf_layouts`` ({quantized
+    layout: decode tok/s}) adds those layouts' HF generate modes, each generating row-major's ids
+    but the last.
     """
     run_dir = root / name
     results.write_meta(run_dir, {"suite": results.SUITE_COMMAND, "host": "testhost", "started_utc": name,
@@ -135,10 +137,17 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
         # prefill 0.5 s (128 tok/s); the 7 decode steps at the mode's rate, ± 10 % around the median repetition
         modes = {mode: {"prefill_s": [0.5] * 3, "full_s": [0.5 + 7 / (rate * f) for f in (0.9, 1.0, 1.1)],
                         "output_ids": [5, 6, 7, 8, 9, 10, 11, 12 if mode == "off" or hf_equal else 13]}
-                 for mode, rate in (("off", hf_off), ("on", hf_on))}
+                 for mode, rate in (("off", hf_off), ("on", hf_on), *(
+                     (f"on-{name}", rate) for name, rate in (hf_layouts or {}).items()))}
+        for name in hf_layouts or {}:
+            modes[f"on-{name}"]["output_ids"] = [5, 6, 7, 8, 9, 10, 11, 99]
+        extra = {"layouts": {"bf16": {"packed_bytes": int(packed_mib * MIB), "install_and_warmup_s": 1.0,
+                                      "skipped": {}},
+                             **{name: {"packed_bytes": int(packed_mib * MIB) // 2, "install_and_warmup_s": 1.0,
+                                       "skipped": {}} for name in hf_layouts}}} if hf_layouts else {}
         results.write_result(run_dir, "hf_generate", "generate", provenance, None, input_len=64, output_len=8,
                              repetitions=3, prompt_ids=list(range(64)), packed_bytes=int(packed_mib * MIB),
-                             outputs_equal=hf_equal, modes=modes)
+                             outputs_equal=hf_equal, modes=modes, **extra)
     return run_dir
 
 
@@ -162,7 +171,8 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
     assert "| qkv_proj | packed_compiled | 2 |  | 14 |" in markdown
     assert "0123456789ab" in markdown and "Test CPU" in markdown
     assert "| packed (flag on) | 3 | 128.0 | 13.0 | 5 6 7 8 9 10 11 12 |" in markdown
-    assert "| on / off |  | 1.00× | 1.30× |  |" in markdown and "Outputs equal: **yes**" in markdown
+    assert "| on / off |  | 1.00× | 1.30× |  |" in markdown
+    assert "Row-major and bf16 packed outputs equal: **yes**" in markdown
 
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -413,7 +423,8 @@ def test_layouts_per_layout_bytes_per_token_ratios_and_the_bandwidth_target(tmp_
     int4 = by_name["int4: M=1 packed GB/s / same-rounds read of its packed tensors (layouts)"]
     assert int4.met is None and int4.measured == "not available: packed as bf16"
     decode = by_name["int4 decode tok/s / bf16 packed, 1B-shaped HF model (HF generate)"]
-    assert decode.threshold == "≥ 1.6×" and decode.verdict == "not judged: the HF generate step measures bf16 only"
+    assert decode.threshold == "≥ 1.6×" and decode.verdict == (
+        "not judged: no HF generate of this layout in this run (--quick measures bf16 only)")
     markdown = render_run(run)
     section = markdown.split("## Weight layouts (Linear microbenchmark per layout)")[1].split("\n## ")[0]
     # bf16: 12 MiB per token in 150 µs; int8: its real bytes (scales included) in 90 µs, 150/90 the bf16 time.
@@ -427,3 +438,17 @@ def test_layouts_per_layout_bytes_per_token_ratios_and_the_bandwidth_target(tmp_
 def test_a_run_without_the_layouts_step_says_so(tmp_path):
     markdown = render_run(results.load_run(make_run(tmp_path)))
     assert "_no layouts step in this run_" in markdown
+
+
+def test_the_quantized_layouts_decode_targets_are_judged_from_hf_generate_per_layout(tmp_path):
+    # bf16 packed at 13 tok/s: int8 at 1.2x misses its 1.3x, int4 at 1.7x meets its 1.6x.
+    run = results.load_run(make_run(tmp_path, hf_on=13.0, hf_layouts={"int8": 15.6, "int4": 22.1}))
+    by_name = {t.name: t for t in targets(run)}
+    int8 = by_name["int8 decode tok/s / bf16 packed, 1B-shaped HF model (HF generate)"]
+    int4 = by_name["int4 decode tok/s / bf16 packed, 1B-shaped HF model (HF generate)"]
+    assert int8.met is False and int8.value == pytest.approx(1.2)
+    assert int4.met is True and int4.value == pytest.approx(1.7)
+    assert int4.measured == "1.70× (22.1 tok/s; 7 of 8 greedy ids as row-major)"
+    section = render_run(run).split("## Hugging Face generate")[1].split("\n## ")[0]
+    assert "| packed int4 (flag on) | 3 | 128.0 | 22.1 |" in section
+    assert "| int8 / bf16 packed |  |  | 1.20× | 7 of 8 leading ids as row-major |" in section

@@ -1,6 +1,7 @@
 """Hugging Face ``generate``: greedy decode tok/s row-major vs with the RVV policy, one process, one model.
 
-``python -m sglang_rvv.bench.hf_generate MODEL_DIR --json OUT [--repetitions N] [--seed S]``
+``python -m sglang_rvv.bench.hf_generate MODEL_DIR --json OUT [--repetitions N] [--seed S]
+[--weight-dtypes bf16,int8,int4]``
 
 The checkpoint is loaded once with transformers (BF16, CPU); a seeded prompt of
 ``INPUT_LEN`` (64) token ids is generated greedily, exactly ``OUTPUT_LEN`` new tokens,
@@ -11,6 +12,11 @@ compiles nor first-call allocations are measured. Per repetition a prefill-only
 generate (one new token) and the full generate are timed; their difference is
 the ``OUTPUT_LEN - 1`` decode steps. The raw times and the generated ids are
 kept, and :func:`summarize` derives the rates (the report and the suite share it).
+
+With ``--weight-dtypes`` the policy is installed again on the same model for each further
+layout (mode ``on-int8``, ``on-int4``: the same BF16 weights quantized at install, the bf16
+buffers freed), warmed up and measured in turn, so every layout's decode rate sits beside
+bf16 packed and row-major in one process, under the same machine load.
 
 Nothing at module level imports torch, so the report can import :func:`summarize`.
 """
@@ -28,8 +34,13 @@ from pathlib import Path
 from .client import OUTPUT_LEN
 from .results import write_json
 
-MODES = ("off", "on")
+MODES = ("off", "on")  # row-major and bf16 packed: every run has them
 REPETITIONS = 3
+
+
+def layout_mode(weight_dtype: str) -> str:
+    """The mode a layout is measured as: ``on`` for bf16 (the flag's default), ``on-DTYPE`` else."""
+    return "on" if weight_dtype == "bf16" else f"on-{weight_dtype}"
 
 
 def _generate(model, prompt, new_tokens: int):
@@ -71,28 +82,49 @@ def load_model(model_dir: Path):
     return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).eval()
 
 
-def measure(model_dir: Path, repetitions: int = REPETITIONS, seed: int = 0,
-            report_path: Path | None = None) -> dict:
-    """Both modes on one model: off first, then the policy installed and warmed up; the result payload."""
+def _install(model, model_dir: Path, weight_dtype: str):
+    """The policy installed (again) with ``weight_dtype`` and warmed up: (report, warm-up, seconds)."""
     from .. import RvvPolicyConfig, install_rvv_policy
     from ..policy import policy_of
     from ..warmup import warm_up
+
+    began = time.perf_counter()
+    installed = install_rvv_policy(model, RvvPolicyConfig(weight_dtype=weight_dtype))
+    if installed.adapter is None:  # "on" would silently measure row-major again
+        raise RuntimeError(f"{model_dir}: the policy does not apply ({installed.reason})")
+    return installed, warm_up(policy_of(model)), time.perf_counter() - began
+
+
+def measure(model_dir: Path, repetitions: int = REPETITIONS, seed: int = 0,
+            report_path: Path | None = None, weight_dtypes: tuple[str, ...] = ("bf16",)) -> dict:
+    """Every mode on one model: off first, then the policy installed and warmed up with each layout
+    of ``weight_dtypes`` in turn (bf16 first); the result payload."""
+    from ..layout import WEIGHT_DTYPES
     from .serving import prompt_ids
 
+    if not weight_dtypes or weight_dtypes[0] != "bf16" or not set(weight_dtypes) <= set(WEIGHT_DTYPES) \
+            or len(set(weight_dtypes)) != len(weight_dtypes):
+        raise ValueError(f"weight_dtypes={','.join(weight_dtypes)}: give bf16 first, then any of "
+                         f"{', '.join(WEIGHT_DTYPES[1:])} once each")
     prompt = prompt_ids(model_dir, 1, seed)[0]
     model = load_model(model_dir)
     modes = {"off": measure_mode(model, prompt, repetitions)}
-    began = time.perf_counter()
-    installed = install_rvv_policy(model, RvvPolicyConfig())
-    if installed.adapter is None:  # "on" would silently measure row-major again
-        raise RuntimeError(f"{model_dir}: the policy does not apply ({installed.reason})")
-    warmup = warm_up(policy_of(model))
-    install_s = time.perf_counter() - began
-    if report_path is not None:  # what the SGLang plugin writes: the policy report with the warm-up's
-        write_json(report_path, {**asdict(installed), "warmup": asdict(warmup)})
-    modes["on"] = measure_mode(model, prompt, repetitions)
+    installs = {}
+    for weight_dtype in weight_dtypes:
+        installed, warmup, seconds = _install(model, model_dir, weight_dtype)
+        if weight_dtype == "bf16" and report_path is not None:
+            # What the SGLang plugin writes: the policy report with the warm-up's.
+            write_json(report_path, {**asdict(installed), "warmup": asdict(warmup)})
+        # What this layout skipped beyond bf16's skips (the shape gate's): projections that fell
+        # back to a wider layout, which the report names beside the rate.
+        fell_back = {name: why for name, why in installed.skipped.items()
+                     if name not in installs.get("bf16", {}).get("skipped", {})}
+        installs[weight_dtype] = {"packed_bytes": installed.packed_bytes, "install_and_warmup_s": seconds,
+                                  "skipped": installed.skipped if weight_dtype == "bf16" else fell_back}
+        modes[layout_mode(weight_dtype)] = measure_mode(model, prompt, repetitions)
     return {"input_len": len(prompt), "output_len": OUTPUT_LEN, "repetitions": repetitions, "prompt_ids": prompt,
-            "install_and_warmup_s": install_s, "packed_bytes": installed.packed_bytes,
+            "install_and_warmup_s": installs["bf16"]["install_and_warmup_s"],
+            "packed_bytes": installs["bf16"]["packed_bytes"], "layouts": installs,
             "outputs_equal": modes["off"]["output_ids"] == modes["on"]["output_ids"], "modes": modes}
 
 
@@ -111,6 +143,21 @@ def summarize(result: dict) -> dict:
         out.setdefault("ratio", {})[key] = on / off if on is not None and off else None
     modes = result["modes"]
     out["outputs_equal"] = all(m in modes for m in MODES) and modes["off"]["output_ids"] == modes["on"]["output_ids"]
+    # The quantized layouts beside bf16 packed and row-major; their greedy ids need not equal
+    # row-major's, so how many leading ids do is shown, not judged here.
+    out["layouts"] = {}
+    for weight_dtype, install in result.get("layouts", {}).items():
+        mode = layout_mode(weight_dtype)
+        if weight_dtype == "bf16" or mode not in out:
+            continue
+        decode = out[mode]["decode_tok_s"]
+        ids, reference = modes[mode]["output_ids"], modes["off"]["output_ids"]
+        same = next((i for i, (a, b) in enumerate(zip(ids, reference, strict=True)) if a != b), len(ids))
+        out["layouts"][weight_dtype] = {
+            "decode_tok_s": decode, "packed_bytes": install["packed_bytes"],
+            "vs_bf16": decode / out["on"]["decode_tok_s"] if decode and out["on"]["decode_tok_s"] else None,
+            "vs_off": decode / out["off"]["decode_tok_s"] if decode and out["off"]["decode_tok_s"] else None,
+            "leading_ids_equal": same, "ids": len(ids), "fell_back": install["skipped"]}
     return out
 
 
@@ -121,8 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=REPETITIONS)
     parser.add_argument("--seed", type=int, default=0, help="of the prompt's random token ids")
     parser.add_argument("--report-path", type=Path, help="write the policy report (with the warm-up's) here")
+    parser.add_argument("--weight-dtypes", default="bf16",
+                        help="comma-separated layouts measured after row-major, bf16 first (default: bf16)")
     args = parser.parse_args(argv)
-    result = measure(args.model, args.repetitions, args.seed, args.report_path)
+    try:
+        weight_dtypes = tuple(args.weight_dtypes.split(","))
+        result = measure(args.model, args.repetitions, args.seed, args.report_path, weight_dtypes)
+    except ValueError as error:
+        parser.error(str(error))
     write_json(args.json, result)
     print(json.dumps(summarize(result)), file=sys.stderr)
     return 0

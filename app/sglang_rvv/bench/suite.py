@@ -23,9 +23,10 @@ One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
   included), their ratios to bf16 packed and to F.linear, M=1 against a same-rounds read; a
   layout this build cannot pack is recorded as not available, with the reason;
 * hf-generate: Hugging Face ``generate`` (input 64, 8 new tokens, greedy) row-major, then
-  with the policy installed and warmed up, on one model in one process
-  (:mod:`sglang_rvv.bench.hf_generate`): prefill and decode tok/s, median over 3
-  repetitions, and whether both modes generate the same ids;
+  with the policy installed and warmed up, bf16 and then each quantized layout (not with
+  --quick), on one model in one process (:mod:`sglang_rvv.bench.hf_generate`): prefill and
+  decode tok/s, median over 3 repetitions, whether row-major and bf16 packed generate the same
+  ids, and each quantized layout's decode ratio to bf16 packed;
 * fleet: flag on, one server on every usable CPU, then two on halves of them behind SGLang's
   gateway (smg), at concurrency 1, 2, 4 and 8 (:mod:`sglang_rvv.bench.fleet`); left out, and
   named in meta.json's ``left_out``, where smg is not installed.
@@ -46,6 +47,7 @@ from pathlib import Path
 from ..host import affinity, usable_cpus
 from ..inductor_cache import STATE_ENV
 from ..launch.process import SGLangServer
+from ..layout import WEIGHT_DTYPES
 from ..tiny import REAL_SHAPES
 from . import client, fleet, hf_generate, one_batch, results, serving
 from .meta import provenance
@@ -54,8 +56,8 @@ from .results import COLD, WARM, log_path, m1_gbs, policy_report_path, thread_co
 
 STEPS = ("one-batch", "serving", "kernel", "layouts", "hf-generate", "fleet")
 CONCURRENCY = (1, 2)
-FULL = {"runs": 3, "requests": 4, "repetitions": hf_generate.REPETITIONS}
-QUICK = {"runs": 1, "requests": 2, "repetitions": 1}
+FULL = {"runs": 3, "requests": 4, "repetitions": hf_generate.REPETITIONS, "weight_dtypes": WEIGHT_DTYPES}
+QUICK = {"runs": 1, "requests": 2, "repetitions": 1, "weight_dtypes": ("bf16",)}
 # --quick: one cheap projection at decode (M=1), for tests.
 KERNEL_QUICK = ["--projections", "o_proj", "--rows", "1", "--min-time", "0.05"]
 LAYOUTS_QUICK = KERNEL_QUICK
@@ -232,17 +234,19 @@ def run_layouts(run_dir: Path, prov: dict, quick: bool, progress: Progress) -> N
 
 
 def run_hf_generate(model: Path, run_dir: Path, prov: dict, repetitions: int, seed: int,
-                    progress: Progress) -> None:
+                    progress: Progress, weight_dtypes: tuple[str, ...] = ("bf16",)) -> None:
     report = policy_report_path(run_dir, "hf_generate")
     command = ["sglang_rvv.bench.hf_generate", str(model), "--repetitions", str(repetitions), "--seed", str(seed),
-               "--report-path", str(report)]
+               "--report-path", str(report), "--weight-dtypes", ",".join(weight_dtypes)]
     # A fresh cache, as the other steps' flag-on processes start from: no earlier run's route table applies.
     with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-inductor-hf-") as cache, \
-            progress.step(f"hf-generate: off then on, {repetitions} repetitions"):
+            progress.step(f"hf-generate: off then on ({', '.join(weight_dtypes)}), {repetitions} repetitions"):
         result = _run_json_step(run_dir, "hf_generate", command, _cache_env(cache, COLD))
     summary = hf_generate.summarize(result)
     progress.say(f"  decode {summary['off']['decode_tok_s']:.1f} -> {summary['on']['decode_tok_s']:.1f} tok/s "
-                 f"({summary['ratio']['decode_tok_s']:.2f}x), outputs equal: {summary['outputs_equal']}")
+                 f"({summary['ratio']['decode_tok_s']:.2f}x), outputs equal: {summary['outputs_equal']}"
+                 + "".join(f"; {name} {v['decode_tok_s']:.1f} tok/s ({v['vs_bf16']:.2f}x bf16)"
+                           for name, v in summary["layouts"].items()))
     # Compiles happen before timing (an untimed generate per mode), so the cache state does not apply.
     write_result(run_dir, "hf_generate", "generate", prov, None, command=command,
                  policy_report=_relative(report, run_dir), **result)
@@ -252,6 +256,7 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
     runs = args.runs or (QUICK if args.quick else FULL)["runs"]
     requests = args.requests or (QUICK if args.quick else FULL)["requests"]
     repetitions = (QUICK if args.quick else FULL)["repetitions"]
+    weight_dtypes = (QUICK if args.quick else FULL)["weight_dtypes"]
     threads = kernel_threads(args.kernel_threads)
     prov = provenance(model, shape)
     meta = {
@@ -273,7 +278,7 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
         if "layouts" not in args.skip:
             run_layouts(run_dir, prov, args.quick, progress)
         if "hf-generate" not in args.skip:
-            run_hf_generate(model, run_dir, prov, repetitions, args.seed, progress)
+            run_hf_generate(model, run_dir, prov, repetitions, args.seed, progress, weight_dtypes)
         if "fleet" not in args.skip:
             left_out = run_fleet(model, run_dir, prov, requests, args.seed, progress)
             if left_out:

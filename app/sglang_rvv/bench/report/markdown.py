@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..hf_generate import layout_mode
 from ..results import COLD, WARM, Run, weight_gbs
 from .metrics import metric_rows
 from .stats import fmt, ratio, threads
@@ -17,6 +18,7 @@ from .summaries import (
     layouts,
     levels,
     linear_calls,
+    mode_label,
     one_batch_summary,
     route_table,
     rss_summary,
@@ -259,14 +261,20 @@ def _hf_generate_md(run: Run) -> str:
     hf = hf_generate(run)
     if hf is None:
         return "_no Hugging Face generate results_"
-    rows = [[MODES[mode], hf[mode]["n"], fmt(hf[mode]["prefill_tok_s"]), fmt(hf[mode]["decode_tok_s"]),
-             " ".join(map(str, hf["output_ids"].get(mode, [])))] for mode in MODES]
+    modes = [*MODES, *(layout_mode(name) for name in hf["layouts"])]
+    rows = [[mode_label(mode), hf[mode]["n"], fmt(hf[mode]["prefill_tok_s"]), fmt(hf[mode]["decode_tok_s"]),
+             " ".join(map(str, hf["output_ids"].get(mode, [])))] for mode in modes]
     ratio = hf["ratio"]
     rows.append(["on / off", "", *[f"{r:.2f}×" if r else "n/a" for r in (ratio["prefill_tok_s"],
                                                                         ratio["decode_tok_s"])], ""])
-    return ("One process, one model: row-major, then the policy installed and warmed up. Prefill tok/s: input "
+    for name, v in hf["layouts"].items():
+        fell_back = f"; fell back: {len(v['fell_back'])} projections" if v["fell_back"] else ""
+        rows.append([f"{name} / bf16 packed", "", "", f"{v['vs_bf16']:.2f}×" if v["vs_bf16"] else "n/a",
+                     f"{v['leading_ids_equal']} of {v['ids']} leading ids as row-major{fell_back}"])
+    return ("One process, one model: row-major, then the policy installed and warmed up, bf16 and then each "
+            "quantized layout in turn (the same BF16 weights quantized at install). Prefill tok/s: input "
             "tokens / a one-token generate; decode tok/s: (new tokens − 1) / (full generate − that); medians over "
-            f"the repetitions, each mode after one untimed generate. Outputs equal: "
+            f"the repetitions, each mode after one untimed generate. Row-major and bf16 packed outputs equal: "
             f"**{'yes' if hf['outputs_equal'] else 'no'}**.\n\n"
             + _table(["mode", "repetitions", "prefill tok/s", "decode tok/s", "generated ids"], rows))
 

@@ -83,6 +83,9 @@ def metric_rows(run: Run) -> list[dict]:
         for key, value in hf["ratio"].items():
             add("hf_generate", key, "on / off", "", "ratio", value, "×")
         add("hf_generate", "outputs equal", "", "", "value", float(hf["outputs_equal"]), "bool")
+        for name, v in hf["layouts"].items():
+            add("hf_generate", "decode_tok_s", f"on-{name}", "", "median", v["decode_tok_s"], "tok/s")
+            add("hf_generate", "decode_tok_s", f"{name} / bf16", "", "ratio", v["vs_bf16"], "×")
     for entry in route_table(run) or []:
         for stat in ("packed_us", "row_major_us"):
             add("route_table", entry["projection"], entry.get("route", ""), f"bucket={entry['bucket']}", stat,

@@ -9,6 +9,11 @@ from ..results import WARM, Run, m1_gbs
 from .stats import ratio, request_stats, spread
 
 MODES = {"off": "row-major (flag off)", "on": "packed (flag on)"}
+
+
+def mode_label(mode: str) -> str:
+    """A mode's label: MODES's, or a quantized layout's (``on-int8``: "packed int8 (flag on)")."""
+    return MODES.get(mode) or f"packed {mode.removeprefix('on-')} (flag on)"
 ONE_BATCH_METRICS = (("prefill_throughput", "prefill tok/s"), ("median_decode_throughput", "decode tok/s"),
                      ("overall_throughput", "total tok/s"), ("wall_s", "wall s"), ("peak_rss_mib", "peak RSS MiB"),
                      ("after_load_peak_mib", "peak RSS after load MiB"))
