@@ -7,19 +7,7 @@ import csv
 from pathlib import Path
 
 from ..results import Run, weight_gbs
-from .summaries import (
-    MODES,
-    ONE_BATCH_METRICS,
-    fleet_summary,
-    hf_generate,
-    kernel,
-    linear_calls,
-    one_batch_summary,
-    route_table,
-    rss_summary,
-    serving_summary,
-    start_summary,
-)
+from . import summaries
 from .targets import targets
 
 CSV_FIELDS = ("run", "section", "name", "mode", "key", "stat", "value", "unit")
@@ -34,35 +22,35 @@ def metric_rows(run: Run) -> list[dict]:
             rows.append(dict(run=run.label, section=section, name=name, mode=mode, key=key, stat=stat,
                              value=value, unit=unit))
 
-    for mode, states in one_batch_summary(run).items():
+    for mode, states in summaries.one_batch_summary(run).items():
         for state, metrics in states.items():
-            for key, label in ONE_BATCH_METRICS:
+            for key, label in summaries.ONE_BATCH_METRICS:
                 for stat, value in (metrics[key] or {}).items():
                     if stat != "n":
                         add("one_batch", label, mode, state, stat, value, label.split()[-1])
-    for (mode, concurrency), stats in serving_summary(run).items():
+    for (mode, concurrency), stats in summaries.serving_summary(run).items():
         for key in ("ttft_ms", "tpot_ms", "itl_ms", "decode_tok_s"):
             for stat, value in (stats[key] or {}).items():
                 add("serving", key, mode, f"c={concurrency}", stat, value, "tok/s" if key == "decode_tok_s" else "ms")
         for key in ("output_tok_s", "total_tok_s", "wall_s"):
             add("serving", key, mode, f"c={concurrency}", "value", stats[key], "tok/s" if "tok" in key else "s")
-    for (layout, concurrency), stats in fleet_summary(run).items():
+    for (layout, concurrency), stats in summaries.fleet_summary(run).items():
         add("fleet", "output_tok_s", layout, f"c={concurrency}", "value", stats["output_tok_s"], "tok/s")
         for stat in ("median", "p99"):
             add("fleet", "ttft_ms", layout, f"c={concurrency}", stat, (stats["ttft_ms"] or {}).get(stat), "ms")
-    for mode, states in start_summary(run).items():
+    for mode, states in summaries.start_summary(run).items():
         for state, values in states.items():
             for key in ("ready_s", "ttft_after_start_s", "install_seconds"):
                 add("start", key, mode, state, "value", values[key], "s")
-    rss = rss_summary(run)
+    rss = summaries.rss_summary(run)
     add("rss", "predicted packed", "on", "", "value", rss["predicted_mib"], "MiB")
     for name, values in rss["rows"].items():
         for stat in ("off_mib", "on_mib", "increase_mib"):
             add("rss", name, "", "", stat, values[stat], "MiB")
-    for key, per_level in linear_calls(run).items():
+    for key, per_level in summaries.linear_calls(run).items():
         for concurrency, count in per_level.items():
             add("linear_calls", key, "on", f"c={concurrency}", "delta", count, "calls")
-    k = kernel(run)
+    k = summaries.kernel(run)
     for row in k["rows"] if k else ():
         key = f"M={row['rows']} threads={row['threads']}"
         for stat in ("linear_us", "compiled_us", "eager_us", "policy_us", "linear_again_us"):
@@ -75,8 +63,8 @@ def metric_rows(run: Run) -> list[dict]:
             add("kernel", "memory bandwidth", "", key, stat, value, "GB/s")
         for name, value in entry["m1_gbs"].items():
             add("kernel", "M=1 weight bandwidth", name, key, "gbs", value, "GB/s")
-    hf = hf_generate(run)
-    for mode in MODES if hf else ():
+    hf = summaries.hf_generate(run)
+    for mode in summaries.MODES if hf else ():
         for key in ("prefill_tok_s", "decode_tok_s"):
             add("hf_generate", key, mode, "", "median", hf[mode][key], "tok/s")
     if hf:
@@ -86,7 +74,7 @@ def metric_rows(run: Run) -> list[dict]:
         for name, v in hf["layouts"].items():
             add("hf_generate", "decode_tok_s", f"on-{name}", "", "median", v["decode_tok_s"], "tok/s")
             add("hf_generate", "decode_tok_s", f"{name} / bf16", "", "ratio", v["vs_bf16"], "×")
-    for entry in route_table(run) or []:
+    for entry in summaries.route_table(run) or []:
         for stat in ("packed_us", "row_major_us"):
             add("route_table", entry["projection"], entry.get("route", ""), f"bucket={entry['bucket']}", stat,
                 entry.get(stat), "us")
