@@ -77,31 +77,16 @@ void panel_bf16_32x(const LinearArgs& a, const float* x, int64_t ldx, const uint
 
 }  // namespace
 
-// Up to kSmallRows rows the kernel walks one block at a time: the packed weight streams from
-// memory in order, once (decode is bound by memory bandwidth). With more rows it walks
-// kGroupBlocks blocks per K panel, so the rows' panel of x is widened and read once for all of
-// them. A K panel of one block is kPanelK rows of 64 bytes = 16 KiB: it stays in the K1's
-// 32 KiB L1D while every row tile (and, at VLEN 128, the second column pass) reads it again.
-// The first panel starts the accumulators from +0, so the scratch needs no clearing.
+// walk_blocks (vec.h) with one block's BF16 K panel at a time. A K panel of one block is kPanelK
+// rows of 64 bytes = 16 KiB: it stays in the K1's 32 KiB L1D while every row tile (and, at VLEN
+// 128, the second column pass) reads it again. The first panel starts the accumulators from +0,
+// so the scratch needs no clearing.
 void linear_bf16_32x_rvv(const LinearArgs& a, int64_t block_begin, int64_t block_end, float* scratch) {
-  const int64_t group = a.m <= kSmallRows ? 1 : kGroupBlocks;
-  const int64_t block_floats = a.m * kBlockN;
   float* const xf = scratch;
   float* const acc = scratch + a.m * kPanelK;
-  for (int64_t g0 = block_begin; g0 < block_end; g0 += group) {
-    const int64_t g1 = min64(g0 + group, block_end);
-    for (int64_t k0 = 0; k0 < a.k; k0 += kPanelK) {
-      const int64_t kn = min64(kPanelK, a.k - k0);
-      widen_bf16_panel(a.x + k0, a.k, a.m, kn, xf);
-      for (int64_t b = g0; b < g1; ++b) {
-        panel_bf16_32x(a, xf, kn, a.packed + (b * a.k + k0) * kBlockN, kn, acc + (b - g0) * block_floats, k0 == 0);
-      }
-    }
-    for (int64_t b = g0; b < g1; ++b) {
-      store_bf16_rows(acc + (b - g0) * block_floats + a.lane_begin, a.m, a.out + b * kBlockN + a.lane_begin, a.n,
-                      min64(a.lane_end, a.n - b * kBlockN) - a.lane_begin);
-    }
-  }
+  walk_blocks(a, block_begin, block_end, xf, acc, [&](int64_t b, int64_t k0, int64_t kn, int64_t slot) {
+    panel_bf16_32x(a, xf, kn, a.packed + (b * a.k + k0) * kBlockN, kn, acc + slot, k0 == 0);
+  });
 }
 
 int64_t rvv_vlen_bits() { return static_cast<int64_t>(__riscv_vsetvlmax_e8m1()) * 8; }

@@ -81,31 +81,18 @@ void panel(const QuantLinearArgs& a, const float* x, int64_t ldx, const uint8_t*
   }
 }
 
-// The kernel: blocks one at a time up to kSmallRows rows (the weight streams once, in order),
-// else kGroupBlocks per K panel, so the rows' widened panel of x serves all of them.
+// The kernel: walk_blocks (vec.h) with one block's quantized K panel at a time, its group sums
+// beside its accumulators in the scratch.
 template <class L>
 void linear(const QuantLinearArgs& a, int64_t block_begin, int64_t block_end, float* scratch) {
   const int64_t groups = (a.k + a.group - 1) / a.group, kp = groups * a.group;
-  const int64_t blocks_per_pass = a.m <= kSmallRows ? 1 : kGroupBlocks;
-  const int64_t block_floats = a.m * kBlockN;
   float* const xf = scratch;
   float* const acc = xf + a.m * kPanelK;
-  float* const sums = acc + kGroupBlocks * block_floats;
-  for (int64_t g0 = block_begin; g0 < block_end; g0 += blocks_per_pass) {
-    const int64_t g1 = min64(g0 + blocks_per_pass, block_end);
-    for (int64_t k0 = 0; k0 < a.k; k0 += kPanelK) {
-      const int64_t kn = min64(kPanelK, a.k - k0);
-      widen_bf16_panel(a.x + k0, a.k, a.m, kn, xf);
-      for (int64_t b = g0; b < g1; ++b) {
-        panel<L>(a, xf, kn, L::block(a.qweight, b, kp), a.scales + b * groups * kBlockN, k0, k0 + kn,
-                 BlockState{sums + (b - g0) * block_floats, acc + (b - g0) * block_floats});
-      }
-    }
-    for (int64_t b = g0; b < g1; ++b) {
-      store_bf16_rows(acc + (b - g0) * block_floats + a.lane_begin, a.m, a.out + b * kBlockN + a.lane_begin, a.n,
-                      min64(a.lane_end, a.n - b * kBlockN) - a.lane_begin);
-    }
-  }
+  float* const sums = acc + kGroupBlocks * a.m * kBlockN;
+  walk_blocks(a, block_begin, block_end, xf, acc, [&](int64_t b, int64_t k0, int64_t kn, int64_t slot) {
+    panel<L>(a, xf, kn, L::block(a.qweight, b, kp), a.scales + b * groups * kBlockN, k0, k0 + kn,
+             BlockState{sums + slot, acc + slot});
+  });
 }
 
 }  // namespace sglang_rvv::quant_rvv

@@ -188,6 +188,31 @@ static inline void store_bf16_rows(const float* acc, int64_t m, uint16_t* out, i
   }
 }
 
+// The walk every RVV kernel takes over blocks [block_begin, block_end) of a call (LinearArgs or
+// QuantLinearArgs): up to kSmallRows rows one block at a time, so the weight streams from memory
+// in order, once (decode is bound by memory bandwidth); with more rows kGroupBlocks blocks per K
+// panel, so the rows' panel of x (widened into xf) is read once for all of them. panel(b, k0,
+// kn, slot) accumulates block b's K steps [k0, k0 + kn) into acc + slot, a block's m * kBlockN
+// floats (the first panel, k0 == 0, starts them); then each block's rows are rounded into out.
+template <class Args, class Panel>
+static inline void walk_blocks(const Args& a, int64_t block_begin, int64_t block_end, float* xf, const float* acc,
+                               Panel panel) {
+  const int64_t per_pass = a.m <= kSmallRows ? 1 : kGroupBlocks;
+  const int64_t block_floats = a.m * kBlockN;
+  for (int64_t g0 = block_begin; g0 < block_end; g0 += per_pass) {
+    const int64_t g1 = min64(g0 + per_pass, block_end);
+    for (int64_t k0 = 0; k0 < a.k; k0 += kPanelK) {
+      const int64_t kn = min64(kPanelK, a.k - k0);
+      widen_bf16_panel(a.x + k0, a.k, a.m, kn, xf);
+      for (int64_t b = g0; b < g1; ++b) panel(b, k0, kn, (b - g0) * block_floats);
+    }
+    for (int64_t b = g0; b < g1; ++b) {
+      store_bf16_rows(acc + (b - g0) * block_floats + a.lane_begin, a.m, a.out + b * kBlockN + a.lane_begin, a.n,
+                      min64(a.lane_end, a.n - b * kBlockN) - a.lane_begin);
+    }
+  }
+}
+
 #endif  // __riscv_vector
 
 }  // namespace sglang_rvv
