@@ -20,13 +20,12 @@ INVENTORY ?= ansible/inventory/example.yml
 # build, deploy and gateway.
 BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
-.PHONY: help venv check test test-bench lint bench bench-serve board-model board-gate count-setup serve clean $(BOARD_PLAYBOOKS)
+.PHONY: help venv check test lint bench bench-serve board-model board-gate count-setup serve clean $(BOARD_PLAYBOOKS)
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
 	@echo "make check  - the fast tier: tests/unit and tests/integration (no server, no container; a few minutes)"
-	@echo "make test   - the whole suite, in two lanes at once, but the benchmark suite's end-to-end test"
-	@echo "make test-bench - the benchmark suite's end-to-end test (about 13 minutes)"
+	@echo "make test   - the whole suite, in two lanes at once"
 	@echo "make lint   - ruff, shellcheck, yamllint, ansible-lint"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
 	@echo "make bench  - the benchmark suite on a Llama-3.2-1B-shaped model (one-batch, serving, HF generate, kernel;"
@@ -67,14 +66,9 @@ check: venv
 
 # Two pytest runs at once (tests/lanes.py): the tests that emulate riscv64 keep one core busy
 # with qemu-user, and the rest run beside them. Each lane lists its slowest tests and its wall
-# time per test file at the end: CI has a time limit, and this is where it goes. The benchmark
-# suite's end-to-end test is apart (test-bench): with it, make test passed CI's 90 minutes.
-BENCH_TEST := tests/e2e/test_bench_suite.py
+# time per test file at the end: CI has a time limit, and this is where it goes.
 test: venv lint
-	$(PY) tests/lanes.py --durations=25 --ignore=$(BENCH_TEST)
-
-test-bench: venv
-	$(PYTEST) --durations=10 $(BENCH_TEST)
+	$(PY) tests/lanes.py --durations=25
 
 # Python, the image scripts, and Ansible with the compose files (as tests/ansible/test_lint.py does).
 lint: venv

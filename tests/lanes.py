@@ -1,11 +1,10 @@
-"""`make test`: the whole suite but the benchmark suite's, as two pytest runs at once.
+"""`make test`: the whole suite, as two pytest runs at once.
 
 Run one after the other, the tests took more than CI's 90 minutes on its two cores. The
 second lane holds the files whose time goes to qemu-user (the emulated board, the board
-model's counts, the riscv64 appliance, the RVV kernels) and two short image tests that even
-the lanes out; the first lane runs every other file beside them. The benchmark suite's end-to-end
-test (about 13 minutes alone) runs apart, in `make test-bench` (the Makefile passes its
-`--ignore` here), since the two lanes with it did not fit CI's 90 minutes either.
+model's counts, the riscv64 appliance, the RVV kernels) and three image tests that even the
+lanes out; the first lane runs every other file beside them, the benchmark suite's end-to-end
+test included.
 
 The lanes share podman's storage. The build scripts take turns through their build locks
 (images/scripts/lib.sh), so an image that both lanes need is built once. The second lane
@@ -27,7 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECOND = ("tests/ansible/test_emulated_board.py", "tests/images/test_board_model.py", "tests/images/test_riscv64.py",
-          "tests/images/test_rvv_kernels.py", "tests/images/test_gateway_arm64.py", "tests/images/test_model_dir.py")
+          "tests/images/test_rvv_kernels.py", "tests/images/test_gateway_arm64.py", "tests/images/test_model_dir.py",
+          "tests/images/test_default_model.py")
 LOG = REPO / ".cache" / "test-lanes" / "second.log"
 
 
