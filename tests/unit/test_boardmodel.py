@@ -77,7 +77,7 @@ def test_the_model_overlaps_the_kernel_with_its_stream_and_adds_the_rest_seriall
     step["interpreter"] = zero(insns=7_000_000)
     weight = 45_000_000  # 10 ms at 4.5 GB/s
     p = model.predict(step, weight)
-    kernel_s = (200_000 / model.c("ipc_kernel") + 800_000 * 2) / f
+    kernel_s = (200_000 / model.c("ipc_kernel") + 800_000 * 2) / f / model.c("kernel_threads")
     assert p["component_seconds"]["kernel"] == pytest.approx(kernel_s)
     assert p["weight_stream_seconds"] == pytest.approx(0.01)
     assert p["bound"] == "weight stream"
@@ -97,6 +97,16 @@ def test_weight_bytes_of_qwen3_0_6b_are_its_projections_and_head_at_bf16():
     # The packed_bytes the policy reports for Qwen3-0.6B (1,191,968,768 B) is exactly these bytes:
     # every projection (k/v's N=1024 passes the gate too, so all of them), plus lm_head.
     assert model.weight_bytes_bf16(run.shape("qwen3-0.6b")) == 1_191_968_768
+
+
+def test_a_quantized_layout_streams_its_own_loads_not_its_bf16_source_again():
+    # int4 Qwen3-0.6B, every projection packed: the 1.19 GB of BF16 they replaced leave the
+    # stream, and the kernel's counted loads (about 0.5 GB, scales included) take their place.
+    shape = run.shape("qwen3-0.6b")
+    bf16 = model.weight_bytes_bf16(shape)
+    assert model.streamed_bytes(shape, bf16, 498_342_656) == 498_342_656
+    # A layout that packed only part of the model streams the rest at BF16.
+    assert model.streamed_bytes(shape, bf16 - 1000, 498_342_656) == 498_342_656 + 1000
 
 
 def test_the_locked_shapes_are_the_ones_the_package_knows():

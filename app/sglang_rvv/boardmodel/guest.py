@@ -91,7 +91,12 @@ def main(spec):
             mark(3 + step)
     with open("/proc/self/maps") as f:
         maps = f.read()
-    result = {"maps": maps, "tokens": tokens, "torch": torch.__version__,
+    # The BF16 bytes the packed projections replaced: what the model subtracts from a row-major
+    # token's stream before it adds the kernel's own loads (any layout).
+    packed = set(report.packed) if report is not None else set()
+    source = {id(m.weight): m.weight.numel() * m.weight.element_size()
+              for name, m in model.named_modules(remove_duplicate=False) if name in packed}
+    result = {"maps": maps, "tokens": tokens, "torch": torch.__version__, "packed_source_bytes": sum(source.values()),
               "report": json.loads(report.to_json()) if report is not None else None}
     with open(spec["result"], "w") as f:
         json.dump(result, f)

@@ -5,12 +5,15 @@ published anchor is shown beside the prediction, never used to tune it. The firs
 ``perf stat`` instructions and cycles are what should replace the IPC
 assumptions.
 
-    t(token) = max(weight_bytes / BANDWIDTH, kernel_cycles / FREQ)     the kernel overlaps its stream
+    t(token) = max(weight_bytes / BANDWIDTH,                            the kernel overlaps its stream
+                   kernel_cycles / (FREQ x KERNEL_THREADS))             and splits over the cores
              + sum over the other components of cycles / FREQ          serial, one thread
     cycles(component) = scalar instructions / IPC[component]
                       + LMUL-weighted vector instructions x VLEN / DLEN   one vector op per DLEN slice
 
-Counts are not cycles: the IPCs turn one into the other, and they are assumptions.
+Counts are not cycles: the IPCs turn one into the other, and they are assumptions. The counts
+come from one guest thread (deterministic); on the board the kernel's blocks run on
+KERNEL_THREADS cores at once, everything else stays serial.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ CONSTANTS = {
                                       "one thread alone reaches less (0.25-0.43 GB/s with one "
                                       "line in flight), so this is the multi-thread kernel's "
                                       "stream"),
+    "kernel_threads": Constant(4, "threads", "assumption: the kernel's blocks split evenly over one "
+                               "cluster of 4 X60 cores (the board's kernel step measures 4 and 8 "
+                               "threads; some K1 kernels decode slower at 8 than at 4)"),
     "ipc_kernel": Constant(1.0, "insn/cycle", "assumption: the kernel's scalar instructions "
                            "(loop control, address arithmetic) on the dual-issue in-order X60"),
     "ipc_torch": Constant(0.7, "insn/cycle", "assumption: branchy C++ on an in-order "
@@ -72,7 +78,7 @@ def component_cycles(name: str, values: dict) -> float:
 def predict(components: dict[str, dict], weight_bytes: int) -> dict:
     """Per-token seconds by component, and tok/s, for one decode step's counts."""
     seconds = {name: component_cycles(name, components[name]) / c("freq_hz")
-               for name in COMPONENT_NAMES}
+               / (c("kernel_threads") if name == "kernel" else 1) for name in COMPONENT_NAMES}
     stream = weight_bytes / c("bandwidth_bytes_per_s")
     kernel_or_stream = max(stream, seconds["kernel"])
     total = kernel_or_stream + sum(v for k, v in seconds.items() if k != "kernel")
@@ -91,11 +97,12 @@ def weight_bytes_bf16(shape: dict) -> int:
     return 2 * (layers * per_layer + shape["vocab_size"] * h)
 
 
-def streamed_bytes(shape: dict, packed_bytes: int, kernel_load_bytes: int) -> int:
+def streamed_bytes(shape: dict, packed_source_bytes: int, kernel_load_bytes: int) -> int:
     """The weight bytes a token streams: the kernel's own vector-load bytes (counted) for the
-    packed projections, BF16 for the rest (row-major, read by torch). Packed N padding makes
-    this undercount the row-major rest by at most the padding."""
-    return max(0, weight_bytes_bf16(shape) - packed_bytes) + kernel_load_bytes
+    packed projections, BF16 for the rest (row-major, read by torch). ``packed_source_bytes``
+    are the BF16 bytes of the weights the policy packed (not their packed size: an int4 layout
+    replaces 4 BF16 bytes with about 1)."""
+    return max(0, weight_bytes_bf16(shape) - packed_source_bytes) + kernel_load_bytes
 
 
 def constants_json() -> dict:

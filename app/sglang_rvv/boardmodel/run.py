@@ -97,6 +97,7 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
     return {"workload": asdict(work), "label": work.label, "shape": spec["shape"],
             "emulated_seconds": seconds, "tokens": out["tokens"], "guest_torch": out["torch"],
             "packed_bytes": (out["report"] or {}).get("packed_bytes", 0),
+            "packed_source_bytes": out["packed_source_bytes"],
             "provider": (out["report"] or {}).get("provider"),
             "phases": {name: {"components": c.by_component(), "libraries": c.libraries}
                        for name, c in phases.items()}}
