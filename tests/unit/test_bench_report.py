@@ -142,9 +142,9 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
         for name in hf_layouts or {}:
             modes[f"on-{name}"]["output_ids"] = [5, 6, 7, 8, 9, 10, 11, 99]
         extra = {"layouts": {"bf16": {"packed_bytes": int(packed_mib * MIB), "install_and_warmup_s": 1.0,
-                                      "skipped": {}},
+                                      "fell_back": {}},
                              **{name: {"packed_bytes": int(packed_mib * MIB) // 2, "install_and_warmup_s": 1.0,
-                                       "skipped": {}} for name in hf_layouts}}} if hf_layouts else {}
+                                       "fell_back": {}} for name in hf_layouts}}} if hf_layouts else {}
         results.write_result(run_dir, "hf_generate", "generate", provenance, None, input_len=64, output_len=8,
                              repetitions=3, prompt_ids=list(range(64)), packed_bytes=int(packed_mib * MIB),
                              outputs_equal=hf_equal, modes=modes, **extra)

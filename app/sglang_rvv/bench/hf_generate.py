@@ -109,18 +109,18 @@ def measure(model_dir: Path, repetitions: int = REPETITIONS, seed: int = 0,
     prompt = prompt_ids(model_dir, 1, seed)[0]
     model = load_model(model_dir)
     modes = {"off": measure_mode(model, prompt, repetitions)}
-    installs = {}
+    installs, gated = {}, None
     for weight_dtype in weight_dtypes:
         installed, warmup, seconds = _install(model, model_dir, weight_dtype)
         if weight_dtype == "bf16" and report_path is not None:
             # What the SGLang plugin writes: the policy report with the warm-up's.
             write_json(report_path, {**asdict(installed), "warmup": asdict(warmup)})
-        # What this layout skipped beyond bf16's skips (the shape gate's): projections that fell
-        # back to a wider layout, which the report names beside the rate.
-        fell_back = {name: why for name, why in installed.skipped.items()
-                     if name not in installs.get("bf16", {}).get("skipped", {})}
+        # What a layout skipped beyond bf16's skips (the shape gate's) fell back to a wider
+        # layout: the report names it beside the rate. bf16 (first) falls back nowhere.
+        gated = installed.skipped if gated is None else gated
         installs[weight_dtype] = {"packed_bytes": installed.packed_bytes, "install_and_warmup_s": seconds,
-                                  "skipped": installed.skipped if weight_dtype == "bf16" else fell_back}
+                                  "fell_back": {name: why for name, why in installed.skipped.items()
+                                                if name not in gated}}
         modes[layout_mode(weight_dtype)] = measure_mode(model, prompt, repetitions)
     return {"input_len": len(prompt), "output_len": OUTPUT_LEN, "repetitions": repetitions, "prompt_ids": prompt,
             "install_and_warmup_s": installs["bf16"]["install_and_warmup_s"],
@@ -157,7 +157,7 @@ def summarize(result: dict) -> dict:
             "decode_tok_s": decode, "packed_bytes": install["packed_bytes"],
             "vs_bf16": decode / out["on"]["decode_tok_s"] if decode and out["on"]["decode_tok_s"] else None,
             "vs_off": decode / out["off"]["decode_tok_s"] if decode and out["off"]["decode_tok_s"] else None,
-            "leading_ids_equal": same, "ids": len(ids), "fell_back": install["skipped"]}
+            "leading_ids_equal": same, "ids": len(ids), "fell_back": install["fell_back"]}
     return out
 
 

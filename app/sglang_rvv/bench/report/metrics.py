@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from ..hf_generate import layout_mode
 from ..results import Run, weight_gbs
 from . import summaries
 from .targets import targets
@@ -72,7 +73,7 @@ def metric_rows(run: Run) -> list[dict]:
             add("hf_generate", key, "on / off", "", "ratio", value, "×")
         add("hf_generate", "outputs equal", "", "", "value", float(hf["outputs_equal"]), "bool")
         for name, v in hf["layouts"].items():
-            add("hf_generate", "decode_tok_s", f"on-{name}", "", "median", v["decode_tok_s"], "tok/s")
+            add("hf_generate", "decode_tok_s", layout_mode(name), "", "median", v["decode_tok_s"], "tok/s")
             add("hf_generate", "decode_tok_s", f"{name} / bf16", "", "ratio", v["vs_bf16"], "×")
     for entry in summaries.route_table(run) or []:
         for stat in ("packed_us", "row_major_us"):

@@ -9,17 +9,17 @@ from ..results import WARM, Run, m1_gbs
 from .stats import ratio, request_stats, spread
 
 MODES = {"off": "row-major (flag off)", "on": "packed (flag on)"}
-
-
-def mode_label(mode: str) -> str:
-    """A mode's label: MODES's, or a quantized layout's (``on-int8``: "packed int8 (flag on)")."""
-    return MODES.get(mode) or f"packed {mode.removeprefix('on-')} (flag on)"
 ONE_BATCH_METRICS = (("prefill_throughput", "prefill tok/s"), ("median_decode_throughput", "decode tok/s"),
                      ("overall_throughput", "total tok/s"), ("wall_s", "wall s"), ("peak_rss_mib", "peak RSS MiB"),
                      ("after_load_peak_mib", "peak RSS after load MiB"))
 # The target's measure first: the peak from the end of weight loading on, where the policy packs.
 RSS_MEASURES = ("one-batch peak RSS after weight loading (warm median)",
                 "one-batch peak RSS, whole process (warm median)", "server steady RSS (after the last level)")
+
+
+def mode_label(mode: str) -> str:
+    """A mode's label: MODES's, or a quantized layout's (``on-int8``: "packed int8 (flag on)")."""
+    return MODES.get(mode) or f"packed {mode.removeprefix('on-')} (flag on)"
 
 
 def one_batch_summary(run: Run) -> dict[str, dict[str, dict[str, dict | None]]]:
