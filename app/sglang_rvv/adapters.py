@@ -9,12 +9,14 @@ a tied lm_head is still tied.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
 from .archs import SUPPORTED
+from .fused import install_hf
 from .routing import ROUTE_ATTR, ModuleRoute
 
 _HF_KINDS = {
@@ -38,6 +40,9 @@ class Adapter:
     lm_head_tied: Callable[[torch.nn.Module], bool]
     # Why a module must be left exactly as the framework built it (not even routed).
     module_gate: Callable[[torch.nn.Module], str | None] = lambda module: None
+    # Gives the model's norm and MLP modules the fused kernels (fused.install's hook): the
+    # number of modules per kind of kernel. None: the family has no such hook.
+    fused_modules: Callable[[torch.nn.Module], Counter] | None = None
 
     def projections(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module, str]]:
         # Duplicates kept: a tied SGLang lm_head *is* model.embed_tokens, and it
@@ -105,7 +110,7 @@ def _hf_tied(model: torch.nn.Module) -> bool:
 
 HF_ADAPTER = Adapter(
     name="transformers", kinds=_HF_KINDS, detect=_detect_hf, install_route=install_routed_linear,
-    lm_head_tied=_hf_tied,
+    lm_head_tied=_hf_tied, fused_modules=install_hf,
 )
 
 

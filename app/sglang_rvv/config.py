@@ -43,6 +43,9 @@ class RvvPolicyConfig:
             Only for int8/int4.
         lm_head_dtype: lm_head's layout; ``None`` takes ``weight_dtype`` but never
             below int8 (int4 -> int8). The embedding is never packed.
+        fused_ops: give the model's RMSNorm and SiLU-gated MLP modules the RVV kernel
+            library's fused kernels where they run (:mod:`sglang_rvv.fused`; the
+            environment's ``SGLANG_RVV_FUSED_OPS=0`` also turns them off).
     """
 
     packed_weight_mode: str = "explicit"
@@ -54,6 +57,7 @@ class RvvPolicyConfig:
     weight_dtype: str = "bf16"
     group_size: int | None = None
     lm_head_dtype: str | None = None
+    fused_ops: bool = True
 
     def __post_init__(self) -> None:
         for field_name in ("weight_dtype", "lm_head_dtype"):

@@ -5,7 +5,8 @@ applies the static gate, picks each projection's layout (the asked one, or the
 next wider one the provider and the shape allow, with the reason), applies the
 memory budget to the real bytes of those layouts, gives the chosen modules
 their packed buffers, installs the route of every projection, checks that a
-tied lm_head stays tied, and returns a report. Installing again reconciles:
+tied lm_head stays tied, gives the adapter's norm and MLP modules the fused kernels
+(:mod:`fused`), and returns a report. Installing again reconciles:
 valid buffers are kept, stale ones rebuilt, and ones the new plan drops are freed.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import budget, host, layout, packed_state, routing
+from . import budget, fused, host, layout, packed_state, routing
 from .adapters import Adapter, resolve_adapter
 from .config import RvvPolicyConfig
 from .kernels import chosen
@@ -52,6 +53,8 @@ class PolicyReport:
     budget_bytes: int | None = None
     budget_source: str | None = None
     tied_lm_head: bool = False
+    fused_ops: dict[str, int] = field(default_factory=dict)  # kind of fused kernel -> modules given it
+    fused_reason: str | None = None  # what runs them, or why none runs
     reason: str | None = None  # why nothing was installed
 
     def to_json(self, **kwargs) -> str:
@@ -80,7 +83,8 @@ class PolicyReport:
             f"packed={len(self.packed)} ({self.packed_bytes / MIB:.1f} MiB{': ' + by_layout if by_layout else ''}) "
             f"weight_dtype={self.weight_dtype}{fallbacks} "
             f"skipped={len(self.skipped)}{f' ({skipped})' if skipped else ''} "
-            f"budget={budget_text} ({self.budget_source})"
+            f"budget={budget_text} ({self.budget_source}) "
+            f"fused={','.join(f'{k}:{n}' for k, n in self.fused_ops.items()) or 'none'}"
         )
 
 
@@ -201,6 +205,7 @@ class RvvPolicy:
             report.module_bytes[name] = packed_state.nbytes(module)
         report.packed_bytes = sum(report.module_bytes.values())
         report.tied_lm_head = self.adapter.validate_tied_lm_head(model)
+        report.fused_ops, report.fused_reason = fused.install(model, self.adapter.fused_modules, config.fused_ops)
         self.report = report
         return report
 

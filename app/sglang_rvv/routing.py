@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from . import packed_state
+from . import layout, packed_state
 from .kernels import chosen
 from .kernels.gate import ShapeGate
 from .ops import packed_bf16_linear, packed_int4_linear, packed_int8_linear
@@ -200,8 +200,28 @@ def _int4_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     return packed_int4_linear(input, qweight, scales, out_features, input.shape[-1])
 
 
-# The eager and compiled body of each packed layout: (rows, *packed tensors, out_features).
+# The compiled body of each packed layout: (rows, *packed tensors, out_features), through the
+# traced custom ops of :mod:`ops`, which Inductor decomposes into the provider's form.
 PACKED_BODIES = {"bf16": _packed_rows, "int8": _int8_rows, "int4": _int4_rows}
+
+
+def eager_body(layout_name: str) -> Callable:
+    """The eager body of a packed layout: the chosen provider's kernel itself, called with what
+    ``PACKED_BODIES`` takes. The custom op's Python wrapper (a dispatcher round trip and the
+    argument checks) cost about as much as the kernel's own entry on the board's in-order core,
+    and an eager call needs neither: the plan packed the operands for this weight, the decision
+    checked the input (:func:`can_serve`), and the native op checks its arguments again.
+    ``.contiguous()`` keeps the op's contract (a generic result may be a view of padded columns)."""
+    provider = chosen()[0]
+    if layout_name == "bf16":
+        return lambda input, packed, out_features: provider.linear(input, packed, out_features).contiguous()
+    quant = layout.quant_layout(layout_name)
+
+    def body(input, qweight, scales, out_features):
+        return provider.linear_quantized(input, (qweight, scales), quant, out_features,
+                                         input.shape[-1]).contiguous()
+
+    return body
 
 
 def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
@@ -341,7 +361,7 @@ class ModuleRoute:
         counter_key = (self.projection, route, NO_BUCKET if bucket is None else str(bucket))
         context.counters[counter_key] += 1
         if route == Route.PACKED_EAGER:
-            fn, operands = PACKED_BODIES[packed_layout.name], packed
+            fn, operands = eager_body(packed_layout.name), packed
         elif route in COMPILED_ROUTES:
             fn, operands = context.compiled.get(key), (weight,) if key.mode == Mode.ROW_MAJOR else packed
         else:

@@ -48,6 +48,12 @@ QUANT_SHAPES = tuple((*BUCKET_SHAPE, m) for m in (1, 3, 5, 17, 130)) + ((33, 333
 QUANT_REALISTIC = (("int8", 0), ("int4", 32))
 QUANT_EXACT = (33, 70, 2)  # N, K, M: small enough for layout.quantized_linear_reference under qemu
 QUANT_PACK_SHAPES = ((100, 70), (33, 300))
+# The rest of a decode step: rows of d values. d around the 16-lane chains (1, 15..17), the head
+# dim and hidden sizes of the benchmark models; 5 rows for the row loop. A chunk past VLMAX at
+# every VLEN (1000, 3072) takes several vector passes in the elementwise parts.
+FUSED_DIMS = (1, 15, 16, 17, 128, 1000, 1024, 3072)
+FUSED_ROWS = (1, 5)
+FUSED_MIN_SQNR_DB = 40.0  # one BF16 rounding of FP32 arithmetic: ~50 dB; exp's few ulp do not show
 
 
 def linear_case(n: int, k: int, m: int) -> str:
@@ -93,8 +99,83 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
               for name, g in QUANT_CONFIGS for shape in QUANT_SHAPES]
     cases += [(qlinear_case(name, g, *REALISTIC, 1), lambda name=name, g=g: check_qlinear(name, g, *REALISTIC, 1))
               for name, g in QUANT_REALISTIC]
+    cases += [(f"{kind} d={d} rows={r}", lambda kind=kind, d=d, r=r: FUSED_CHECKS[kind](d, r))
+              for kind in FUSED_CHECKS for d in FUSED_DIMS for r in FUSED_ROWS]
+    if mode == "full":
+        cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf)]
     cases += [(f"error {name}", lambda name=name: check_error(name)) for name in ERRORS]
     return cases
+
+
+def _fused_sqnr(out, ref) -> dict:
+    return {"sqnr_db": round(sqnr_db(out, ref), 1)} if MODE == "full" else {}
+
+
+def _rms_reference(h, weight, eps):
+    h = h.double()
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
+
+
+def check_norm(d: int, rows: int) -> dict:
+    x, weight = _randn(rows, d, seed=d * 31 + rows), _randn(d, seed=d)
+    out = native().rmsnorm(x, weight, 1e-6)
+    return {"shape": list(out.shape), "digest": digest(out), **_fused_sqnr(out, _rms_reference(x, weight, 1e-6))}
+
+
+def check_addnorm(d: int, rows: int) -> dict:
+    """In place: the residual becomes bf16(x + residual) exactly (torch's own BF16 add), and x
+    rmsnorm of it, the same bits as the plain kernel's."""
+    x, residual, weight = _randn(rows, d, seed=d * 37 + rows), _randn(rows, d, seed=d * 41 + rows), _randn(d, seed=d)
+    expected_sum = x + residual
+    native().fused_add_rmsnorm(x, residual, weight, 1e-5)
+    return {"sum_equal": torch.equal(residual, expected_sum),
+            "norm_equal": torch.equal(x, native().rmsnorm(expected_sum, weight, 1e-5)),
+            "digest": digest(torch.cat([x, residual], dim=-1)),
+            **_fused_sqnr(x, _rms_reference(expected_sum, weight, 1e-5))}
+
+
+def check_silu_mul(d: int, rows: int) -> dict:
+    """gate and up as the two halves of one [rows, 2d] tensor (SGLang's layout: strided rows)."""
+    both = _randn(rows, 2 * d, seed=d * 43 + rows) * 4
+    gate, up = both[:, :d], both[:, d:]
+    out = native().silu_mul(gate, up)
+    ref = F.silu(gate.double()) * up.double()
+    return {"shape": list(out.shape), "same_as_contiguous": torch.equal(out, native().silu_mul(gate.contiguous(),
+                                                                                                up.contiguous())),
+            "digest": digest(out), **_fused_sqnr(out, ref)}
+
+
+FUSED_CHECKS = {"norm": check_norm, "addnorm": check_addnorm, "silu_mul": check_silu_mul}
+
+
+def check_fused_special_values() -> dict:
+    """NaN and infinities: silu(NaN) is NaN, silu(+inf) = +inf, a norm row holding NaN is all NaN."""
+    g = torch.tensor([[float("nan"), float("inf"), 0.0, -0.0, 1.0, -1.0, 100.0, -100.0]], dtype=torch.bfloat16)
+    s = native().silu_mul(g, torch.ones_like(g))
+    x = _randn(2, 64, seed=5)
+    x[0, 3] = float("nan")
+    n = native().rmsnorm(x, torch.ones(64, dtype=torch.bfloat16), 1e-6)
+    return {"silu": [str(v) for v in s.float().flatten().tolist()], "nan_row_all_nan": bool(n[0].isnan().all()),
+            "finite_row_finite": bool(n[1].isfinite().all())}
+
+
+def check_fused_hf() -> dict:
+    """The tiny transformers Llama with the policy: its norms and MLPs get the kernels, and the
+    logits of a prompt agree with the same model's with fused_ops off (within their roundings: a
+    random tiny model's near-tied logits may swap their argmax, so the tokens are for the twins' test
+    on x86, tests/integration/test_fused_twins.py)."""
+    from sglang_rvv import RvvPolicyConfig, install_rvv_policy, tiny
+
+    model = tiny.build_model("llama", seed=0)
+    prompt = torch.randint(0, model.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(1))
+    results = {}
+    for on in (False, True):
+        report = install_rvv_policy(model, RvvPolicyConfig(regional_compile=False, measure_routes=False, fused_ops=on))
+        with torch.inference_mode():
+            results[on] = (report, model(prompt).logits)
+    (off_report, off), (on_report, on) = results[False], results[True]
+    return {"fused_ops": on_report.fused_ops, "fused_reason": on_report.fused_reason, "off_fused": off_report.fused_ops,
+            "logits_sqnr_db": round(sqnr_db(on, off), 1)}
 
 
 # The modules below are imported by main(), after the log capture is in place.

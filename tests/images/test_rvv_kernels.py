@@ -34,7 +34,8 @@ RUNS = {  # name: (check mode, QEMU_CPU)
 }
 RUN_TIMEOUT = 900
 PARALLEL_RUNS = 2  # this machine's cores; each run is mostly one busy qemu thread
-NUMERIC_PREFIXES = ("linear ", "qlinear ", "bucket ", "threads", "rounding", "special values")
+NUMERIC_PREFIXES = ("linear ", "qlinear ", "bucket ", "threads", "rounding", "special values", "norm ", "addnorm ",
+                    "silu_mul ")
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +166,23 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
     elif case == "special values":
         assert r["nan_equal"] and r["inf_equal"] and r["nan_bits"] == ["0x7fc0"], r
         assert r["finite_sqnr_db"] >= MIN_SQNR_DB, r
+    elif case.startswith(("norm ", "silu_mul ")):
+        d, rows = (int(part.split("=")[1]) for part in case.split()[1:])
+        assert r["shape"] == [rows, d], r
+        assert r.get("same_as_contiguous", True), r  # strided halves read as the contiguous copies
+        if full:
+            assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
+    elif case.startswith("addnorm "):
+        assert r["sum_equal"] and r["norm_equal"], r
+        if full:
+            assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
+    elif case == "fused special values":
+        assert r["silu"][:4] == ["nan", "inf", "0.0", "-0.0"] and r["silu"][6] == "100.0", r
+        assert r["nan_row_all_nan"] and r["finite_row_finite"], r
+    elif case == "fused hf":
+        assert r["fused_ops"] == {"rmsnorm": 2 * 2 + 1, "silu_mul": 2}, r  # the tiny Llama: 2 layers
+        assert r["off_fused"] == {} and "rvv kernel library" in r["fused_reason"], r
+        assert r["logits_sqnr_db"] >= 30.0, r
     elif case.startswith("error "):
         expected = "LayoutError" if case.startswith("error ops ") else "RuntimeError"
         assert r["raised"] == expected, r

@@ -313,7 +313,9 @@ def test_a_memoised_packed_decision_still_checks_the_source_before_every_use(lla
         call_and_check()
         assert policy.counters == {packed: 1}
     (call,) = route.memo.calls.values()
-    assert call.counter_key == packed and call.fn is routing.PACKED_BODIES["bf16"] and call.bucket == 4
+    assert call.counter_key == packed and call.bucket == 4
+    # The eager route calls the provider's kernel itself, not the traced custom op's body.
+    assert call.fn is not None and call.fn not in routing.PACKED_BODIES.values()
     first_source = route.record.source
 
     with torch.no_grad():

@@ -8,7 +8,8 @@ the linear ops as extern calls into the RVV kernels (``decompose`` and ``decompo
 are the opaque ops themselves). Besides bf16 the library implements the int8 and int4 layouts
 (``pack_quantized`` / ``linear_quantized``, physical form ``(qweight, scales)`` as in
 :mod:`sglang_rvv.layout`); a library built before them lacks their ops, and
-:func:`layout_refusal` says so.
+:func:`layout_refusal` says so. The library also holds the rest of a decode step's kernels
+(RMSNorm, SiLU x mul), which :mod:`sglang_rvv.fused` calls.
 
 The library is looked for at ``$SGLANG_RVV_KERNELS_LIB``, else at ``lib/libsglang_rvv_kernels.so``
 in this package. It is used only on a riscv64 CPU that reports V, when ``kernels.json`` names the

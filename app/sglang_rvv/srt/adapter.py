@@ -7,6 +7,7 @@ import torch
 
 from ..adapters import Adapter
 from ..archs import sglang_classes
+from .fused import install_sglang
 from .methods import install_route, sglang_gate
 
 # SGLang fuses q/k/v and gate/up, and names each projection module by its kind.
@@ -23,4 +24,4 @@ def _tied(model: torch.nn.Module) -> bool:
 
 
 SGLANG_ADAPTER = Adapter(name="sglang", kinds=_KINDS, detect=_detect, install_route=install_route,
-                         lm_head_tied=_tied, module_gate=sglang_gate)
+                         lm_head_tied=_tied, module_gate=sglang_gate, fused_modules=install_sglang)

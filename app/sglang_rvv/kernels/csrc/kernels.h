@@ -1,5 +1,5 @@
-// The packed Linear kernels of libsglang_rvv_kernels.so: the layout constants, the arguments
-// and every kernel's entry.
+// The kernels of libsglang_rvv_kernels.so: the packed Linear layouts' constants, the arguments and
+// every kernel's entry, and the rest of a decode step's (RMSNorm, SiLU x mul).
 //
 // app/sglang_rvv/layout.py defines the layouts; the constants below mirror it. Every layout
 // keeps the block family: a row-major [N, K] weight becomes ceil(N/32) blocks of 32 output
@@ -83,6 +83,44 @@ void linear_int4_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64
 
 // VLEN in bits; executes a vector instruction, so only where V is enabled.
 int64_t rvv_vlen_bits();
+#endif
+
+// The rest of a decode step: RMSNorm (the residual add fused in) and SiLU x mul, over rows of
+// d BF16 values, rows ld* elements apart. Every result is one rounding to BF16 of FP32 arithmetic
+// in a fixed order, the same for every VLEN and for the twins:
+// - rmsnorm: h = x, or with a residual h = bf16(x + residual) (FP32 add), written back to the
+//   residual; ss = the sum of h*h as kNormLanes FP32 fma chains from +0.0f (chain j takes
+//   i = j, j + kNormLanes, ... in order), then the chains added 0..kNormLanes-1 in order from +0.0f;
+//   inv = 1 / sqrt(ss / d + eps); out = bf16((h * inv) * weight). In place (out == x) is allowed.
+// - silu_mul: out = bf16((g / (1 + exp(-g))) * u), exp as exp_f32 in vec.h (a range reduction and
+//   a degree-6 polynomial, a few ulp of FP32).
+constexpr int64_t kNormLanes = 16;  // the e32m4 vector length at VLEN 128, so every VLEN has it
+
+struct NormArgs {
+  const uint16_t* x;   // [rows, d], rows ldx apart
+  uint16_t* residual;  // [rows, d], rows ldr apart, or nullptr (a plain RMSNorm)
+  const uint16_t* weight;  // [d]
+  uint16_t* out;       // [rows, d], rows ldo apart
+  int64_t ldx, ldr, ldo, d;
+  float eps;
+};
+
+struct SiluMulArgs {
+  const uint16_t* gate;  // [rows, d], rows ldg apart
+  const uint16_t* up;    // [rows, d], rows ldu apart
+  uint16_t* out;         // [rows, d], rows ldo apart
+  int64_t ldg, ldu, ldo, d;
+};
+
+// Rows [row_begin, row_end) of a call; calls on disjoint rows run in parallel.
+using NormKernel = void (*)(const NormArgs&, int64_t row_begin, int64_t row_end);
+using SiluMulKernel = void (*)(const SiluMulArgs&, int64_t row_begin, int64_t row_end);
+
+void rmsnorm_generic(const NormArgs& args, int64_t row_begin, int64_t row_end);
+void silu_mul_generic(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
+#if defined(__riscv)
+void rmsnorm_rvv(const NormArgs& args, int64_t row_begin, int64_t row_end);
+void silu_mul_rvv(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
 #endif
 
 // packed[b] = weight[32*b : 32*b+32, :] transposed, zero past row n, for b in [block_begin, block_end).

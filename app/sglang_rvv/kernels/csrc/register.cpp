@@ -32,6 +32,8 @@ namespace {
 struct Isa {
   LinearKernel bf16;
   QuantLinearKernel int8, int4;
+  NormKernel rmsnorm;
+  SiluMulKernel silu_mul;
   std::string name;
 };
 
@@ -39,11 +41,12 @@ const Isa& isa() {
   static const Isa chosen = [] {
 #if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
-      return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv,
+      return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, rmsnorm_rvv, silu_mul_rvv,
                  "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
 #endif
-    return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, "generic"};
+    return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, rmsnorm_generic,
+               silu_mul_generic, "generic"};
   }();
   return chosen;
 }
@@ -240,6 +243,84 @@ at::Tensor packed_int4_linear(const at::Tensor& input, const at::Tensor& qweight
   return quantized_linear(kInt4, input, qweight, scales, n, k, version);
 }
 
+// --- the rest of a decode step -------------------------------------------------------------------
+
+// Rows of at least this many elements in all run on torch's threads; a decode step's norms and
+// activations (1..16 rows of 128..8960) stay on the calling thread, cheaper than a fork-join.
+constexpr int64_t kParallelElements = 1 << 16;
+
+// t as [rows, d] rows: its row stride, when its last dim is contiguous and its rows are evenly
+// spaced (any contiguous tensor, or a column slice of one, as SGLang's gate/up halves are).
+int64_t row_stride(const at::Tensor& t, int64_t d, const char* op, const char* what) {
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() >= 1 && t.size(-1) == d, "sglang_rvv_native::", op,
+              " expects a bfloat16 ", what, " whose last dim is ", d, ", got ", t.scalar_type(), " ", t.sizes());
+  TORCH_CHECK(t.stride(-1) == 1 || d <= 1, "sglang_rvv_native::", op, ": the ", what,
+              "'s last dim must be contiguous (stride ", t.stride(-1), ")");
+  int64_t ld = d, span = 0;  // span: the stride the next outer dim of more than one row must have
+  for (int64_t dim = t.dim() - 2; dim >= 0; --dim) {
+    if (t.size(dim) == 1) continue;
+    TORCH_CHECK(span == 0 || t.stride(dim) == span, "sglang_rvv_native::", op, ": the ", what,
+                "'s rows are not evenly spaced (strides ", t.strides(), "); pass it .contiguous()");
+    if (span == 0) ld = t.stride(dim);
+    span = t.stride(dim) * t.size(dim);
+  }
+  return ld;
+}
+
+template <class Args, class Kernel>
+void for_rows(const Args& args, int64_t rows, int64_t d, Kernel kernel) {
+  if (rows * d < kParallelElements) {
+    kernel(args, 0, rows);
+    return;
+  }
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) { kernel(args, begin, end); });
+}
+
+int64_t norm_rows(const at::Tensor& input, const at::Tensor& weight, const char* op) {
+  TORCH_CHECK(weight.dim() == 1 && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous(),
+              "sglang_rvv_native::", op, " expects a contiguous 1-D bfloat16 weight, got ", weight.scalar_type(),
+              " ", weight.sizes());
+  return weight.size(0) ? input.numel() / weight.size(0) : 0;
+}
+
+at::Tensor rmsnorm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  const int64_t rows = norm_rows(input, weight, "rmsnorm"), d = weight.size(0);
+  const int64_t ldx = row_stride(input, d, "rmsnorm", "input");
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  if (rows == 0 || d == 0) return out;
+  const NormArgs args{bf16_bits(input), nullptr, bf16_bits(weight), bf16_bits_mut(out), ldx, 0, d, d,
+                      static_cast<float>(eps)};
+  for_rows(args, rows, d, isa().rmsnorm);
+  return out;
+}
+
+// residual = bf16(input + residual); input = rmsnorm(residual): SGLang's fused_add_rmsnorm.
+void fused_add_rmsnorm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  const int64_t rows = norm_rows(input, weight, "fused_add_rmsnorm"), d = weight.size(0);
+  TORCH_CHECK(input.is_contiguous() && residual.is_contiguous() && input.sizes() == residual.sizes(),
+              "sglang_rvv_native::fused_add_rmsnorm works in place on a contiguous input and residual of one "
+              "shape, got ", input.sizes(), " and ", residual.sizes());
+  row_stride(input, d, "fused_add_rmsnorm", "input");
+  row_stride(residual, d, "fused_add_rmsnorm", "residual");
+  if (rows == 0 || d == 0) return;
+  const NormArgs args{bf16_bits(input), bf16_bits_mut(residual), bf16_bits(weight), bf16_bits_mut(input), d, d, d,
+                      d, static_cast<float>(eps)};
+  for_rows(args, rows, d, isa().rmsnorm);
+}
+
+at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
+  TORCH_CHECK(gate.sizes() == up.sizes(), "sglang_rvv_native::silu_mul expects gate and up of one shape, got ",
+              gate.sizes(), " and ", up.sizes());
+  const int64_t d = gate.dim() ? gate.size(-1) : 0;
+  const int64_t ldg = row_stride(gate, d, "silu_mul", "gate"), ldu = row_stride(up, d, "silu_mul", "up");
+  at::Tensor out = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
+  const int64_t rows = d ? gate.numel() / d : 0;
+  if (rows == 0) return out;
+  const SiluMulArgs args{bf16_bits(gate), bf16_bits(up), bf16_bits_mut(out), ldg, ldu, d, d};
+  for_rows(args, rows, d, isa().silu_mul);
+  return out;
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -252,6 +333,9 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("pack_int4_weight(Tensor weight, int group, int layout_version) -> (Tensor, Tensor)");
   m.def("packed_int4_linear(Tensor input, Tensor qweight, Tensor scales, int out_features, int in_features, "
         "int layout_version) -> Tensor");
+  m.def("rmsnorm(Tensor input, Tensor weight, float eps) -> Tensor");
+  m.def("fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()");
+  m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -263,4 +347,7 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("packed_int8_linear", &sglang_rvv::packed_int8_linear);
   m.impl("pack_int4_weight", &sglang_rvv::pack_int4_weight);
   m.impl("packed_int4_linear", &sglang_rvv::packed_int4_linear);
+  m.impl("rmsnorm", &sglang_rvv::rmsnorm);
+  m.impl("fused_add_rmsnorm", &sglang_rvv::fused_add_rmsnorm);
+  m.impl("silu_mul", &sglang_rvv::silu_mul);
 }

@@ -115,7 +115,74 @@ void linear_quant_blocks(const QuantLinearArgs& a, int64_t block_begin, int64_t 
   }
 }
 
+// exp(x) in FP32 for silu_mul, Cephes' expf: x clamped to [kExpMin, kExpMax] (so 2^n stays a
+// normal number; NaN is not propagated here, the caller's numerator carries it), n = rne(x *
+// log2 e), r = x - n * ln 2 in two fma steps, p(r) a degree-6 polynomial in fma steps, then
+// (1 + r + r*r * p) * 2^n. exp_f32_m4 below is the same operations on vectors.
+constexpr float kExpMin = -87.0f, kExpMax = 88.0f, kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+static inline float pow2i(int32_t n) {  // 2^n for n in -126..127
+  const uint32_t bits = static_cast<uint32_t>(n + 127) << 23;
+  float value;
+  __builtin_memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+static inline float exp_f32(float x) {
+  x = __builtin_fminf(__builtin_fmaxf(x, kExpMin), kExpMax);
+  const float n = __builtin_rintf(x * kLog2e);
+  float r = __builtin_fmaf(n, -kLn2Hi, x);
+  r = __builtin_fmaf(n, -kLn2Lo, r);
+  float p = kExpP[0];
+  for (int i = 1; i < 6; ++i) p = __builtin_fmaf(p, r, kExpP[i]);
+  const float y = __builtin_fmaf(p, r * r, r) + 1.0f;
+  return y * pow2i(static_cast<int32_t>(n));
+}
+
+// silu(g) * u, rounded once: the one formula both silu_mul kernels apply per element.
+static inline float silu_mul_f32(float g, float u) { return (g / (1.0f + exp_f32(-g))) * u; }
+
+// row(gate, up, out) for rows [row_begin, row_end) of a silu_mul call: the walk both kernels take.
+template <class Row>
+static inline void silu_mul_rows(const SiluMulArgs& a, int64_t row_begin, int64_t row_end, Row row) {
+  for (int64_t r = row_begin; r < row_end; ++r) row(a.gate + r * a.ldg, a.up + r * a.ldu, a.out + r * a.ldo);
+}
+
+// The sum of kNormLanes chains, in order from +0.0f (kernels.h's RMSNorm order).
+static inline float sum_lanes(const float* lanes) {
+  float ss = 0.0f;
+  for (int64_t j = 0; j < kNormLanes; ++j) ss += lanes[j];
+  return ss;
+}
+
+static inline float rms_inverse(float ss, int64_t d, float eps) {
+  return 1.0f / __builtin_sqrtf(ss / static_cast<float>(d) + eps);
+}
+
 #if defined(__riscv_vector)
+
+// vl BF16 values (e16m2 bits) as FP32 (e32m4): vzext.vf2, then vsll.vi 16.
+static inline vfloat32m4_t bf16_bits_to_f32_m4(vuint16m2_t bits, size_t vl) {
+  return __riscv_vreinterpret_v_u32m4_f32m4(__riscv_vsll_vx_u32m4(__riscv_vzext_vf2_u32m4(bits, vl), 16, vl));
+}
+
+// exp_f32 on vl lanes: the same operations in the same order (vfcvt.x.f rounds as frm, RNE).
+static inline vfloat32m4_t exp_f32_m4(vfloat32m4_t x, size_t vl) {
+  x = __riscv_vfmin_vf_f32m4(__riscv_vfmax_vf_f32m4(x, kExpMin, vl), kExpMax, vl);
+  const vint32m4_t ni = __riscv_vfcvt_x_f_v_i32m4(__riscv_vfmul_vf_f32m4(x, kLog2e, vl), vl);
+  const vfloat32m4_t n = __riscv_vfcvt_f_x_v_f32m4(ni, vl);
+  vfloat32m4_t r = __riscv_vfmacc_vf_f32m4(x, -kLn2Hi, n, vl);
+  r = __riscv_vfmacc_vf_f32m4(r, -kLn2Lo, n, vl);
+  vfloat32m4_t p = __riscv_vfmv_v_f_f32m4(kExpP[0], vl);
+  for (int i = 1; i < 6; ++i) p = __riscv_vfmadd_vv_f32m4(p, r, __riscv_vfmv_v_f_f32m4(kExpP[i], vl), vl);
+  const vfloat32m4_t y = __riscv_vfadd_vf_f32m4(
+      __riscv_vfmadd_vv_f32m4(p, __riscv_vfmul_vv_f32m4(r, r, vl), r, vl), 1.0f, vl);
+  const vint32m4_t biased = __riscv_vsll_vx_i32m4(__riscv_vadd_vx_i32m4(ni, 127, vl), 23, vl);
+  return __riscv_vfmul_vv_f32m4(y, __riscv_vreinterpret_v_i32m4_f32m4(biased), vl);
+}
 
 // vl BF16 values at p as FP32 (e32m4; the source is e16m2): vzext.vf2, then vsll.vi 16.
 static inline vfloat32m4_t bf16_to_f32_m4(const uint16_t* p, size_t vl) {

@@ -1,0 +1,160 @@
+"""The rest of a decode step on the RVV kernel library: RMSNorm (the residual add fused in) and
+SiLU x mul, each one native call in place of the 2..8 scalar torch ops it replaces.
+
+Debian's riscv64 torch runs every op outside the projections scalar, and on the board's in-order
+core each op's dispatch costs tens of thousands of instructions: a Qwen3-0.6B decode step runs
+113 RMSNorms of ~8 ops each. The kernels (``kernels/csrc/rmsnorm_*``, ``silu_mul_*``) run where
+the chosen provider is ``rvv`` and the loaded library has them; :func:`available` says why not
+otherwise, and ``SGLANG_RVV_FUSED_OPS=0`` turns them off for A/B runs. A library built before them
+falls back to torch's ops with one warning line.
+
+A call the kernels do not cover (not bfloat16, not on the CPU, not contiguous, autograd, a weight
+of another size) runs the module's own torch code, so a shape never gets a wrong result. What
+they compute differs from torch's ops only in rounding: one rounding to BF16 of FP32 arithmetic
+(kernels.h), where transformers' RMSNorm rounds twice.
+
+:func:`install` puts the kernels into a model's modules, through the hooks its adapter names
+(:attr:`adapters.Adapter.fused_modules`); :func:`install_hf` is transformers' hook, and
+:mod:`sglang_rvv.srt.fused` SGLang's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import types
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+
+from .kernels import chosen
+
+ENV_VAR = "SGLANG_RVV_FUSED_OPS"
+NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul")
+# In a module's __dict__: (kind of kernel, the attribute given it, what that attribute held).
+MARK_ATTR = "_sglang_rvv_fused"
+log = logging.getLogger("sglang_rvv")
+
+# transformers' classes of the supported architectures (archs.SUPPORTED) whose forward is the
+# plain RMSNorm (weight * normalized, eps in variance_epsilon) or the SiLU-gated MLP.
+HF_NORMS = frozenset(("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"))
+HF_MLPS = frozenset(("LlamaMLP", "Qwen2MLP", "Qwen3MLP"))
+
+
+@functools.cache
+def available() -> tuple[bool, str]:
+    """``(True, what runs)`` if the fused kernels serve this process, else ``(False, why not)``."""
+    if os.environ.get(ENV_VAR, "1") == "0":
+        return False, f"turned off by {ENV_VAR}=0"
+    provider, _ = chosen()
+    if provider.NAME != "rvv":
+        return False, f"provider {provider.NAME}: the fused kernels are the rvv kernel library's"
+    missing = [op for op in NATIVE_OPS if not hasattr(torch.ops.sglang_rvv_native, op)]
+    if missing:
+        why = (f"the kernel library has no sglang_rvv_native::{', '.join(missing)} (built before them); "
+               "RMSNorm and SiLU x mul run torch's ops: rebuild it with images/scripts/build-kernels.sh")
+        log.warning("sglang_rvv: %s", why)
+        return False, why
+    return True, f"rmsnorm, fused_add_rmsnorm and silu_mul from the rvv kernel library ({provider.NAME})"
+
+
+def servable(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:
+    """Whether the kernels may take ``x`` (and a norm's ``weight``): bfloat16, on the CPU,
+    contiguous, outside autograd, a 1-D weight as long as ``x``'s last dim."""
+    if not (x.dtype is torch.bfloat16 and x.is_cpu and x.dim() >= 1 and x.is_contiguous()):
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
+        return False
+    return weight is None or (weight.dtype is torch.bfloat16 and weight.dim() == 1 and weight.is_contiguous()
+                              and weight.shape[0] == x.shape[-1])
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.ops.sglang_rvv_native.rmsnorm(x, weight, eps)
+
+
+def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """In place: ``residual = bf16(x + residual)``, then ``x = rms_norm(residual)``."""
+    torch.ops.sglang_rvv_native.fused_add_rmsnorm(x, residual, weight, eps)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return torch.ops.sglang_rvv_native.silu_mul(gate, up)
+
+
+_ABSENT = object()
+
+
+def give_forward(module: torch.nn.Module, kind: str, forward: Callable, attr: str = "forward") -> None:
+    """Make ``forward`` (a function of the module) the callable the module's ``attr`` holds,
+    marked ``kind``: transformers calls ``forward``, SGLang's fused ops their ``_forward_method``."""
+    previous = module.__dict__.get(attr, _ABSENT)
+    setattr(module, attr, types.MethodType(forward, module))
+    module.__dict__[MARK_ATTR] = (kind, attr, previous)
+
+
+def take_back(module: torch.nn.Module) -> bool:
+    """Give a module what it held before :func:`give_forward`; whether it had a fused forward."""
+    mark = module.__dict__.pop(MARK_ATTR, None)
+    if mark is None:
+        return False
+    _, attr, previous = mark
+    if previous is _ABSENT:
+        module.__dict__.pop(attr, None)
+    else:
+        module.__dict__[attr] = previous
+    return True
+
+
+def install(model: torch.nn.Module, hook: Callable[[torch.nn.Module], Counter] | None,
+            enabled: bool) -> tuple[dict[str, int], str]:
+    """Give ``model``'s modules the fused kernels through ``hook`` (the adapter's), or take them
+    back (``enabled`` false, or the kernels unavailable); safe to call again. Returns the number
+    of modules per kind of kernel, and why none when none."""
+    for module in model.modules():
+        take_back(module)
+    if not enabled:
+        return {}, "off in the policy's config (fused_ops=False)"
+    if hook is None:
+        return {}, "the model's adapter names no modules for the fused kernels"
+    ok, why = available()
+    if not ok:
+        return {}, why
+    given = hook(model)
+    return dict(sorted(given.items())), why
+
+
+# -- transformers -----------------------------------------------------------------------------------
+
+def _hf_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    if servable(hidden_states, self.weight):
+        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
+    return type(self).forward(self, hidden_states)
+
+
+def _hf_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
+    gate, up = self.gate_proj(x), self.up_proj(x)
+    if servable(gate) and servable(up) and gate.shape == up.shape:
+        return self.down_proj(silu_mul(gate, up))
+    hidden = self.act_fn(gate) * up
+    return self.down_proj(hidden)
+
+
+def _is_silu(act: object) -> bool:
+    return isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
+
+
+def install_hf(model: torch.nn.Module) -> Counter:
+    """transformers' hook: its RMSNorm and SiLU-gated MLP modules of the supported architectures."""
+    given: Counter = Counter()
+    for module in model.modules():
+        name = type(module).__name__
+        if name in HF_NORMS and hasattr(module, "variance_epsilon"):
+            give_forward(module, "rmsnorm", _hf_norm_forward)
+            given["rmsnorm"] += 1
+        elif name in HF_MLPS and _is_silu(getattr(module, "act_fn", None)):
+            give_forward(module, "silu_mul", _hf_mlp_forward)
+            given["silu_mul"] += 1
+    return given

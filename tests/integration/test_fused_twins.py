@@ -1,0 +1,123 @@
+"""The fused kernels of the rest of a decode step (RMSNorm, fused residual-add + RMSNorm, SiLU x
+mul), as their scalar twins built for this host, and their plug into transformers' modules.
+
+The RVV kernels are held to these twins bit for bit under qemu (tests/images/test_rvv_kernels.py);
+here the twins meet an fp64 reference on the shapes of the benchmark models, and a transformers
+model whose norms and MLPs run them generates the same greedy tokens as the model as built. On x86
+the policy never picks them (they are the rvv provider's), so the hook is called directly.
+"""
+
+from __future__ import annotations
+
+import host_kernels
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sglang_rvv import fused, tiny
+
+
+@pytest.fixture(scope="module")
+def native():
+    if not hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
+        torch.ops.load_library(str(host_kernels.build()))
+    return torch.ops.sglang_rvv_native
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
+def _sqnr_db(out: torch.Tensor, ref: torch.Tensor) -> float:
+    noise = (out.double() - ref.double()).pow(2).sum().item()
+    return float("inf") if noise == 0 else 10 * torch.log10(ref.double().pow(2).sum() / noise).item()
+
+
+@pytest.mark.parametrize("d", [1, 17, 128, 576, 1024, 1536, 2048])
+def test_rmsnorm_is_one_rounding_of_the_fp64_norm(native, d):
+    x, weight = _randn(7, d, seed=d), _randn(d, seed=d + 1)
+    ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * weight.double()
+    out = native.rmsnorm(x, weight, 1e-6)
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    assert _sqnr_db(out, ref) > 45  # BF16's 8 bits: one rounding is ~50 dB
+    # The row-wise contract: each row alone gives the same bits, and a 4-D view the same as 2-D.
+    assert torch.equal(native.rmsnorm(x[3:4], weight, 1e-6), out[3:4])
+    assert torch.equal(native.rmsnorm(x.view(1, 7, 1, d), weight, 1e-6).view(7, d), out)
+
+
+def test_fused_add_rmsnorm_in_place(native):
+    x, residual, weight = _randn(3, 1024, seed=1), _randn(3, 1024, seed=2), _randn(1024, seed=3)
+    summed = x + residual  # torch's BF16 add: one rounding of the FP32 sum
+    native.fused_add_rmsnorm(x, residual, weight, 1e-6)
+    assert torch.equal(residual, summed)
+    assert torch.equal(x, native.rmsnorm(summed, weight, 1e-6))
+
+
+@pytest.mark.parametrize("d", [1, 100, 1536, 3072, 8960])
+def test_silu_mul_within_one_rounding(native, d):
+    both = _randn(5, 2 * d, seed=d) * 4
+    gate, up = both[:, :d], both[:, d:]  # SGLang's halves: rows 2d apart
+    out = native.silu_mul(gate, up)
+    assert torch.equal(out, native.silu_mul(gate.contiguous(), up.contiguous()))
+    assert _sqnr_db(out, F.silu(gate.double()) * up.double()) > 45
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda n: n.rmsnorm(torch.ones(4, 8), torch.ones(8, dtype=torch.bfloat16), 1e-6), "expects a bfloat16 input"),
+    (lambda n: n.rmsnorm(torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(6, dtype=torch.bfloat16), 1e-6),
+     "whose last dim is 6"),
+    (lambda n: n.rmsnorm(torch.ones(4, 8, dtype=torch.bfloat16)[:, ::2], torch.ones(4, dtype=torch.bfloat16), 1e-6),
+     "last dim must be contiguous"),
+    (lambda n: n.silu_mul(torch.ones(2, 8, dtype=torch.bfloat16), torch.ones(2, 4, dtype=torch.bfloat16)),
+     "gate and up of one shape"),
+    (lambda n: n.fused_add_rmsnorm(torch.ones(2, 8, dtype=torch.bfloat16).t(), torch.ones(8, 2, dtype=torch.bfloat16),
+                                   torch.ones(2, dtype=torch.bfloat16), 1e-6), "contiguous input and residual"),
+], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided"])
+def test_bad_calls_raise_one_clear_line(native, call, message):
+    with pytest.raises(RuntimeError, match=message):
+        call(native)
+
+
+def _greedy(model, prompt, steps=12):
+    with torch.inference_mode():
+        return model.generate(prompt, max_new_tokens=steps, do_sample=False, min_new_tokens=steps)[0, prompt.shape[1]:]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_hf_modules_get_the_kernels_and_keep_greedy_tokens(native, arch):
+    model = tiny.build_model(arch, seed=0)
+    prompt = torch.randint(0, model.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(2))
+    as_built = _greedy(model, prompt)
+    given = fused.install_hf(model)
+    layers = model.config.num_hidden_layers
+    norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
+    assert given == {"rmsnorm": norms, "silu_mul": layers}
+    assert torch.equal(_greedy(model, prompt), as_built)
+    # Taken back: every module runs its class's forward again.
+    assert sum(fused.take_back(m) for m in model.modules()) == norms + layers
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_a_call_the_kernels_do_not_take_runs_the_modules_own_code(native):
+    model = tiny.build_model("llama", seed=0)
+    fused.install_hf(model)
+    norm = model.model.norm
+    x = torch.randn(2, 3, model.config.hidden_size)  # float32: not the kernels'
+    assert torch.equal(norm(x), type(norm).forward(norm, x))
+
+
+def test_off_x86_and_a_library_without_the_kernels_fall_back_with_a_reason(native, monkeypatch, caplog):
+    fused.available.cache_clear()
+    try:
+        ok, why = fused.available()
+        assert not ok and "provider generic" in why  # x86: the fused kernels are the rvv provider's
+        fused.available.cache_clear()
+        monkeypatch.setenv(fused.ENV_VAR, "0")
+        assert fused.available() == (False, f"turned off by {fused.ENV_VAR}=0")
+        # The policy's install then leaves every module as built, and says why.
+        model = tiny.build_model("llama", seed=0)
+        given, reason = fused.install(model, fused.install_hf, enabled=True)
+        assert given == {} and reason == f"turned off by {fused.ENV_VAR}=0"
+        assert all(fused.MARK_ATTR not in m.__dict__ for m in model.modules())
+    finally:
+        fused.available.cache_clear()
