@@ -121,3 +121,24 @@ def test_off_x86_and_a_library_without_the_kernels_fall_back_with_a_reason(nativ
         assert all(fused.MARK_ATTR not in m.__dict__ for m in model.modules())
     finally:
         fused.available.cache_clear()
+
+
+def test_a_library_without_the_kernels_warns_once_and_keeps_torchs_ops(native, monkeypatch, caplog):
+    """An rvv provider whose library predates an op (here: one it never had) leaves the modules as
+    built, with one warning line that names the op and the fix."""
+    class OldLibrary:
+        NAME = "rvv"
+
+    monkeypatch.setattr(fused, "chosen", lambda: (OldLibrary, "test"))
+    monkeypatch.setattr(fused, "NATIVE_OPS", (*fused.NATIVE_OPS, "rope_from_the_future"))
+    fused.available.cache_clear()
+    try:
+        model = tiny.build_model("llama", seed=0)
+        with caplog.at_level("WARNING", logger="sglang_rvv"):
+            given, reason = fused.install(model, fused.install_hf, enabled=True)
+            fused.install(model, fused.install_hf, enabled=True)  # asked again: no second line
+        assert given == {} and "sglang_rvv_native::rope_from_the_future" in reason
+        assert "build-kernels.sh" in reason
+        assert [r.getMessage() for r in caplog.records] == [f"sglang_rvv: {reason}"]
+    finally:
+        fused.available.cache_clear()
