@@ -33,7 +33,7 @@ from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul")
-# In a module's __dict__: (kind of kernel, the attribute given it, what that attribute held).
+# In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
 
@@ -87,12 +87,12 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 _ABSENT = object()
 
 
-def give_forward(module: torch.nn.Module, kind: str, forward: Callable, attr: str = "forward") -> None:
-    """Make ``forward`` (a function of the module) the callable the module's ``attr`` holds,
-    marked ``kind``: transformers calls ``forward``, SGLang's fused ops their ``_forward_method``."""
+def give_forward(module: torch.nn.Module, forward: Callable, attr: str = "forward") -> None:
+    """Make ``forward`` (a function of the module) the callable the module's ``attr`` holds:
+    transformers calls ``forward``, SGLang's fused ops their ``_forward_method``."""
     previous = module.__dict__.get(attr, _ABSENT)
     setattr(module, attr, types.MethodType(forward, module))
-    module.__dict__[MARK_ATTR] = (kind, attr, previous)
+    module.__dict__[MARK_ATTR] = (attr, previous)
 
 
 def take_back(module: torch.nn.Module) -> bool:
@@ -100,7 +100,7 @@ def take_back(module: torch.nn.Module) -> bool:
     mark = module.__dict__.pop(MARK_ATTR, None)
     if mark is None:
         return False
-    _, attr, previous = mark
+    attr, previous = mark
     if previous is _ABSENT:
         module.__dict__.pop(attr, None)
     else:
@@ -152,9 +152,9 @@ def install_hf(model: torch.nn.Module) -> Counter:
     for module in model.modules():
         name = type(module).__name__
         if name in HF_NORMS and hasattr(module, "variance_epsilon"):
-            give_forward(module, "rmsnorm", _hf_norm_forward)
+            give_forward(module, _hf_norm_forward)
             given["rmsnorm"] += 1
         elif name in HF_MLPS and _is_silu(getattr(module, "act_fn", None)):
-            give_forward(module, "silu_mul", _hf_mlp_forward)
+            give_forward(module, _hf_mlp_forward)
             given["silu_mul"] += 1
     return given

@@ -13,6 +13,7 @@ it too, for the keys to compile. The caller counts each call by
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import types
 import weakref
@@ -205,6 +206,7 @@ def _int4_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
 PACKED_BODIES = {"bf16": _packed_rows, "int8": _int8_rows, "int4": _int4_rows}
 
 
+@functools.cache  # the provider is chosen once per process
 def eager_body(layout_name: str) -> Callable:
     """The eager body of a packed layout: the chosen provider's kernel itself, called with what
     ``PACKED_BODIES`` takes. The custom op's Python wrapper (a dispatcher round trip and the

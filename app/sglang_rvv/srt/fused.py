@@ -49,9 +49,9 @@ def install_sglang(model: torch.nn.Module) -> Counter:
     for module in model.modules():
         name = _qualname(type(module))
         if name == _NORM and hasattr(module, "variance_epsilon"):
-            fused.give_forward(module, "rmsnorm", _norm_forward, attr="_forward_method")
+            fused.give_forward(module, _norm_forward, attr="_forward_method")
             given["rmsnorm"] += 1
         elif name == _SILU:
-            fused.give_forward(module, "silu_mul", _silu_forward, attr="_forward_method")
+            fused.give_forward(module, _silu_forward, attr="_forward_method")
             given["silu_mul"] += 1
     return given
