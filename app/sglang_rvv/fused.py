@@ -1,17 +1,20 @@
-"""The rest of a decode step on the RVV kernel library: RMSNorm (the residual add fused in) and
-SiLU x mul, each one native call in place of the 2..8 scalar torch ops it replaces.
+"""The rest of a decode step on the RVV kernel library: RMSNorm (the residual add fused in), SiLU x
+mul and the rotary embedding, each one native call in place of the 2..16 scalar torch ops it
+replaces.
 
 Debian's riscv64 torch runs every op outside the projections scalar, and on the board's in-order
 core each op's dispatch costs tens of thousands of instructions: a Qwen3-0.6B decode step runs
-113 RMSNorms of ~8 ops each. The kernels (``kernels/csrc/rmsnorm_*``, ``silu_mul_*``) run where
+113 RMSNorms of ~8 ops each and 28 rotary embeddings of ~16. The kernels
+(``kernels/csrc/rmsnorm_*``, ``silu_mul_*``, ``rotary_*``) run where
 the chosen provider is ``rvv`` and the loaded library has them; :func:`available` says why not
 otherwise, and ``SGLANG_RVV_FUSED_OPS=0`` turns them off for A/B runs. A library built before them
 falls back to torch's ops with one warning line.
 
 A call the kernels do not cover (not bfloat16, not on the CPU, not contiguous, autograd, a weight
-of another size) runs the module's own torch code, so a shape never gets a wrong result. What
-they compute differs from torch's ops only in rounding: one rounding to BF16 of FP32 arithmetic
-(kernels.h), where transformers' RMSNorm rounds twice.
+of another size, a rotary of part of the head) runs the module's own torch code, so a shape never
+gets a wrong result. What they compute differs from torch's ops only in rounding: one rounding to
+BF16 of FP32 arithmetic (kernels.h), where transformers' RMSNorm and rotary round two or three
+times.
 
 :func:`install` puts the kernels into a model's modules, through the hooks its adapter names
 (:attr:`adapters.Adapter.fused_modules`); :func:`install_hf` is transformers' hook, and
@@ -32,15 +35,18 @@ import torch
 from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
-NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul")
+NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
 
 # transformers' classes of the supported architectures (archs.SUPPORTED) whose forward is the
-# plain RMSNorm (weight * normalized, eps in variance_epsilon) or the SiLU-gated MLP.
+# plain RMSNorm (weight * normalized, eps in variance_epsilon), the SiLU-gated MLP, or the
+# attention that calls its module's apply_rotary_pos_emb (neox style: rotate_half).
 HF_NORMS = frozenset(("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"))
 HF_MLPS = frozenset(("LlamaMLP", "Qwen2MLP", "Qwen3MLP"))
+HF_ATTENTIONS = frozenset(("LlamaAttention", "Qwen2Attention", "Qwen3Attention"))
+_HF_ROTARY = "apply_rotary_pos_emb"
 
 
 @functools.cache
@@ -54,10 +60,11 @@ def available() -> tuple[bool, str]:
     missing = [op for op in NATIVE_OPS if not hasattr(torch.ops.sglang_rvv_native, op)]
     if missing:
         why = (f"the kernel library has no sglang_rvv_native::{', '.join(missing)} (built before them); "
-               "RMSNorm and SiLU x mul run torch's ops: rebuild it with images/scripts/build-kernels.sh")
+               "RMSNorm, SiLU x mul and the rotary embedding run torch's ops: rebuild it with "
+               "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, f"rmsnorm, fused_add_rmsnorm and silu_mul from the rvv kernel library ({provider.NAME})"
+    return True, f"rmsnorm, fused_add_rmsnorm, silu_mul and rotary_neox from the rvv kernel library ({provider.NAME})"
 
 
 def servable(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:
@@ -82,6 +89,26 @@ def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.ops.sglang_rvv_native.silu_mul(gate, up)
+
+
+def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Whether :func:`rotary` may take these: bfloat16 on the CPU outside autograd, q and k
+    [batch, heads, seq, d] with contiguous last dims, cos and sin [batch or 1, seq, >= d/2] alike."""
+    if not (q.dtype is torch.bfloat16 and k.dtype is torch.bfloat16 and cos.dtype is torch.bfloat16
+            and sin.dtype is torch.bfloat16 and q.is_cpu and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3):
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        return False
+    d = q.shape[3]
+    return (d % 2 == 0 and k.shape[3] == d and k.shape[0] == q.shape[0] and k.shape[2] == q.shape[2]
+            and cos.shape[0] in (1, q.shape[0]) and cos.shape[1] == q.shape[2] and 2 * cos.shape[2] >= d
+            and sin.shape == cos.shape and sin.stride() == cos.stride() and cos.stride(2) == 1
+            and q.stride(3) == 1 and k.stride(3) == 1)
+
+
+def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, k) rotated neox style by the first half of cos and sin (kernels.h's formula)."""
+    return torch.ops.sglang_rvv_native.rotary_neox(q, k, cos, sin)
 
 
 _ABSENT = object()
@@ -146,12 +173,42 @@ def _is_silu(act: object) -> bool:
     return isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
 
 
+def _hf_rotary(original: Callable) -> Callable:
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        # The whole head (cos as long as q's head: transformers' partial rotaries would not broadcast).
+        if unsqueeze_dim == 1 and cos.shape[-1] == q.shape[-1] and rotary_servable(q, k, cos, sin):
+            return rotary(q, k, cos, sin)
+        return original(q, k, cos, sin, unsqueeze_dim)
+    return apply_rotary_pos_emb
+
+
+@functools.cache
+def _hf_attention_forward(cls: type) -> Callable | None:
+    """``cls.forward`` calling the rotary kernel where it calls its module's apply_rotary_pos_emb:
+    the same code, over a copy of the module's globals with that one name rebound. transformers
+    looks the function up at every call, and rebinding it in its module would reach every model
+    in the process; a copy given to the policy's modules (:func:`give_forward`) reaches only
+    them. ``None`` where the forward does not call it by that name."""
+    forward = cls.forward
+    code, scope = getattr(forward, "__code__", None), getattr(forward, "__globals__", {})
+    if code is None or _HF_ROTARY not in code.co_names or not callable(scope.get(_HF_ROTARY)):
+        return None
+    rebound = types.FunctionType(code, {**scope, _HF_ROTARY: _hf_rotary(scope[_HF_ROTARY])}, forward.__name__,
+                                 forward.__defaults__, forward.__closure__)
+    rebound.__kwdefaults__ = forward.__kwdefaults__
+    return rebound
+
+
 def install_hf(model: torch.nn.Module) -> Counter:
-    """transformers' hook: its RMSNorm and SiLU-gated MLP modules of the supported architectures."""
+    """transformers' hook: its RMSNorm, SiLU-gated MLP and attention modules of the supported
+    architectures."""
     given: Counter = Counter()
     for module in model.modules():
         name = type(module).__name__
-        if name in HF_NORMS and hasattr(module, "variance_epsilon"):
+        if name in HF_ATTENTIONS and (forward := _hf_attention_forward(type(module))) is not None:
+            give_forward(module, forward)
+            given["rotary"] += 1
+        elif name in HF_NORMS and hasattr(module, "variance_epsilon"):
             give_forward(module, _hf_norm_forward)
             given["rmsnorm"] += 1
         elif name in HF_MLPS and _is_silu(getattr(module, "act_fn", None)):

@@ -53,6 +53,11 @@ QUANT_PACK_SHAPES = ((100, 70), (33, 300))
 # every VLEN (1000, 3072) takes several vector passes in the elementwise parts.
 FUSED_DIMS = (1, 15, 16, 17, 128, 1000, 1024, 3072)
 FUSED_ROWS = (1, 5)
+# Rotary embeddings as (batch, q heads, kv heads, seq, head dim, cos/sin batch): Qwen3-0.6B's
+# decode, SmolLM2's prefill (q a transpose of [1, 7, 9, 64]), a batch with its own table per row,
+# the smallest head, and a half (65) past VLMAX at VLEN 128 and 256.
+ROTARY_SHAPES = ((1, 16, 8, 1, 128, 1), (1, 9, 3, 7, 64, 1), (2, 4, 2, 3, 32, 2), (1, 2, 1, 1, 2, 1),
+                 (1, 3, 1, 2, 130, 1))
 FUSED_MIN_SQNR_DB = 40.0  # one BF16 rounding of FP32 arithmetic: ~50 dB; exp's few ulp do not show
 
 
@@ -101,6 +106,8 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
               for name, g in QUANT_REALISTIC]
     cases += [(f"{kind} d={d} rows={r}", lambda kind=kind, d=d, r=r: FUSED_CHECKS[kind](d, r))
               for kind in FUSED_CHECKS for d in FUSED_DIMS for r in FUSED_ROWS]
+    cases += [(f"rotary {'x'.join(map(str, shape))}", lambda shape=shape: check_rotary(*shape))
+              for shape in ROTARY_SHAPES]
     if mode == "full":
         cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf)]
     cases += [(f"error {name}", lambda name=name: check_error(name)) for name in ERRORS]
@@ -143,6 +150,40 @@ def check_silu_mul(d: int, rows: int) -> dict:
     return {"shape": list(out.shape), "same_as_contiguous": torch.equal(out, native().silu_mul(gate.contiguous(),
                                                                                                 up.contiguous())),
             "digest": digest(out), **_fused_sqnr(out, ref)}
+
+
+def check_rotary(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, table_batch: int) -> dict:
+    """transformers' layout: q and k transposes of [batch, seq, heads, d], cos and sin [table_batch,
+    seq, d] with repeated halves (positions 0..4095)."""
+    from sglang_rvv.fused import rotary
+
+    seed = batch * 1009 + q_heads * 101 + seq * 11 + d
+    q = _randn(batch, seq, q_heads, d, seed=seed).transpose(1, 2)
+    k = _randn(batch, seq, kv_heads, d, seed=seed + 1).transpose(1, 2)
+    cos, sin = rotary_tables(table_batch, seq, d, seed)
+    q_out, k_out = rotary(q, k, cos, sin)
+    again = rotary(q.contiguous(), k.contiguous(), cos, sin)
+    result = {"shapes": [list(q_out.shape), list(k_out.shape)],
+              "same_as_contiguous": torch.equal(q_out, again[0]) and torch.equal(k_out, again[1]),
+              "digest": digest(torch.cat([q_out.flatten(), k_out.flatten()]))}
+    if MODE == "full":
+        result["sqnr_db"] = round(min(sqnr_db(q_out, rotary_reference(q, cos, sin)),
+                                      sqnr_db(k_out, rotary_reference(k, cos, sin))), 1)
+    return result
+
+
+def rotary_tables(batch: int, seq: int, d: int, seed: int):
+    positions = torch.randint(0, 4096, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    inv_freq = 1.0 / (1e6 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    freqs = positions[..., None].double() * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(torch.bfloat16), emb.sin().to(torch.bfloat16)
+
+
+def rotary_reference(x, cos, sin):
+    x, cos, sin = x.double(), cos.double().unsqueeze(1), sin.double().unsqueeze(1)
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 FUSED_CHECKS = {"norm": check_norm, "addnorm": check_addnorm, "silu_mul": check_silu_mul}

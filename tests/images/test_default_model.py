@@ -1,6 +1,7 @@
 """The default model, SmolLM2-135M-Instruct: converted offline from its pinned PyPI wheel to the
 lock's bytes, baked into the amd64 model image with its origin in the labels, served by `make up`
-under its own name, and it answers the capital question. model.sh's refusals for its inputs.
+under its own name, and it answers the capital question, with the same greedy tokens whether the
+fused kernels run or not. model.sh's refusals for its inputs.
 
 Files that differ from the lock after a conversion take model.sh's one verify-then-install step,
 shared by every model kind: test_model_source.py proves that nothing is installed then, without
@@ -73,6 +74,44 @@ def test_make_up_serves_it_by_name_and_the_chat_answer_names_paris(model_image, 
         assert chat.choices[0].finish_reason == "stop"  # the turn ends at <|im_end|>, not at max_tokens
     finally:
         run(["make", "down"], timeout=300)
+
+
+def test_the_fused_kernels_keep_its_greedy_answer(model_image, tmp_path):
+    """The fused RMSNorm, SiLU x mul and rotary kernels on the real model give the same greedy
+    tokens as transformers' own ops. Their scalar twins built for this host run here: bit for bit
+    the RVV kernels (tests/images/test_rvv_kernels.py holds them to it under qemu at every VLEN)."""
+    import host_kernels
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sglang_rvv import fused
+
+    if not hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
+        torch.ops.load_library(str(host_kernels.build()))
+    container = subprocess.run(["podman", "create", model_image], check=True, capture_output=True,
+                               text=True).stdout.strip()
+    try:
+        subprocess.run(["podman", "cp", f"{container}:/models/model", str(tmp_path)], check=True, timeout=300)
+    finally:
+        subprocess.run(["podman", "rm", container], check=True, capture_output=True)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.bfloat16).eval()
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)
+
+    def greedy() -> list[int]:
+        with torch.inference_mode():
+            out = model.generate(**prompt, max_new_tokens=24, do_sample=False)
+        return out[0, prompt["input_ids"].shape[1]:].tolist()
+
+    as_built = greedy()
+    layers = model.config.num_hidden_layers
+    assert fused.install_hf(model) == {"rmsnorm": 2 * layers + 1, "rotary": layers, "silu_mul": layers}
+    with_kernels = greedy()
+    answer = tokenizer.decode(with_kernels, skip_special_tokens=True)
+    print(f"greedy answer with the fused kernels: {answer!r}")
+    assert with_kernels == as_built
+    assert "Paris" in answer
 
 
 def _model_sh(build_dir: Path, lock: Path | None = None) -> subprocess.CompletedProcess:

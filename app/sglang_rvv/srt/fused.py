@@ -1,11 +1,14 @@
-"""SGLang's hook for the fused kernels (:mod:`sglang_rvv.fused`): its RMSNorm and SiluAndMul ops.
+"""SGLang's hook for the fused kernels (:mod:`sglang_rvv.fused`): its RMSNorm, SiluAndMul and
+RotaryEmbedding ops.
 
 SGLang's CPU path runs them through ``forward_cpu``, which calls ``sgl_kernel``'s CPU ops only on
 an AMX CPU and torch's ops everywhere else, riscv64 included. Each op instance resolves its
 callable once into ``_forward_method`` (sglang.kernels.fused_op.BaseFusedOp, checked against sglang
 0.5.21); the hook gives that the RVV kernels, and a call they do not cover (another dtype, a
-post-residual addition, an FP32 residual, a variance over part of the row) goes to the op's own
-``forward_cpu``.
+post-residual addition, an FP32 residual, a variance over part of the row, a rotary of part of
+the head or not neox style, an FP32 cos/sin cache) goes to the op's own ``forward_cpu``. A
+subclass of RotaryEmbedding that brings its own forward (mrope, YaRN variants that override it)
+keeps it: only the class's own forward_cpu is replaced.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from .. import fused
 
 _NORM = "sglang.srt.layers.layernorm.RMSNorm"
 _SILU = "sglang.srt.layers.activation.SiluAndMul"
+_ROTARY = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding"
 
 
 def _qualname(cls: type) -> str:
@@ -44,11 +48,39 @@ def _silu_forward(self, x):
     return self.forward_cpu(x)
 
 
+def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
+    cache = self.cos_sin_cache
+    if (fused_set_kv_buffer_arg is None and self.is_neox_style and self.rotary_dim == self.head_size
+            and cache.dtype is torch.bfloat16 and query.dim() == 2 and key.dim() == 2):
+        at = positions if offsets is None else positions + offsets
+        # [tokens, heads * d] as the kernel's [batch = tokens, heads, seq = 1, d]; the cache row
+        # of each token holds cos then sin, d/2 each.
+        tokens, d, half = query.shape[0], self.head_size, self.head_size // 2
+        table = cache.index_select(0, at.flatten()).unsqueeze(1)
+        q, k = query.view(tokens, -1, 1, d), key.view(tokens, -1, 1, d)
+        cos, sin = table[..., :half], table[..., half:]
+        if fused.rotary_servable(q, k, cos, sin):
+            q_out, k_out = fused.rotary(q, k, cos, sin)
+            return q_out.view(query.shape), k_out.view(key.shape)
+    return self.forward_cpu(positions, query, key, offsets, fused_set_kv_buffer_arg)
+
+
+def _own_rotary(cls: type) -> bool:
+    """Whether ``cls`` is RotaryEmbedding, or a subclass that keeps its forward_cpu and forward_native."""
+    for base in cls.__mro__:
+        if _qualname(base) == _ROTARY:
+            return base.forward_cpu is cls.forward_cpu and base.forward_native is cls.forward_native
+    return False
+
+
 def install_sglang(model: torch.nn.Module) -> Counter:
     given: Counter = Counter()
     for module in model.modules():
         name = _qualname(type(module))
-        if name == _NORM and hasattr(module, "variance_epsilon"):
+        if _own_rotary(type(module)) and hasattr(module, "cos_sin_cache"):
+            fused.give_forward(module, _rotary_forward, attr="_forward_method")
+            given["rotary"] += 1
+        elif name == _NORM and hasattr(module, "variance_epsilon"):
             fused.give_forward(module, _norm_forward, attr="_forward_method")
             given["rmsnorm"] += 1
         elif name == _SILU:

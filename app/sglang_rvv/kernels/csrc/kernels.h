@@ -1,5 +1,5 @@
 // The kernels of libsglang_rvv_kernels.so: the packed Linear layouts' constants, the arguments and
-// every kernel's entry, and the rest of a decode step's (RMSNorm, SiLU x mul).
+// every kernel's entry, and the rest of a decode step's (RMSNorm, SiLU x mul, rotary embedding).
 //
 // app/sglang_rvv/layout.py defines the layouts; the constants below mirror it. Every layout
 // keeps the block family: a row-major [N, K] weight becomes ceil(N/32) blocks of 32 output
@@ -85,8 +85,8 @@ void linear_int4_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64
 int64_t rvv_vlen_bits();
 #endif
 
-// The rest of a decode step: RMSNorm (the residual add fused in) and SiLU x mul, over rows of
-// d BF16 values, rows ld* elements apart. Every result is one rounding to BF16 of FP32 arithmetic
+// The rest of a decode step: RMSNorm (the residual add fused in), SiLU x mul and the rotary
+// embedding, over rows of d BF16 values, rows ld* elements apart. Every result is one rounding to BF16 of FP32 arithmetic
 // in a fixed order, the same for every VLEN and for the twins:
 // - rmsnorm: h = x, or with a residual h = bf16(x + residual) (FP32 add), written back to the
 //   residual; ss = the sum of h*h as kNormLanes FP32 fma chains from +0.0f (chain j takes
@@ -94,6 +94,10 @@ int64_t rvv_vlen_bits();
 //   inv = 1 / sqrt(ss / d + eps); out = bf16((h * inv) * weight). In place (out == x) is allowed.
 // - silu_mul: out = bf16((g / (1 + exp(-g))) * u), exp as exp_f32 in vec.h (a range reduction and
 //   a degree-6 polynomial, a few ulp of FP32).
+// - rotary (neox style, the whole head rotated): per head row x of d = 2h values, with c = cos[i]
+//   and s = sin[i] of its position, out[i] = bf16(fma(-x[i+h], s, x[i] * c)) and
+//   out[i+h] = bf16(fma(x[i], s, x[i+h] * c)) for i < h. Only cos[0..h) and sin[0..h) are read:
+//   transformers' tables repeat their halves, SGLang's cache holds cos then sin.
 constexpr int64_t kNormLanes = 16;  // the e32m4 vector length at VLEN 128, so every VLEN has it
 
 struct NormArgs {
@@ -112,15 +116,30 @@ struct SiluMulArgs {
   int64_t ldg, ldu, ldo, d;
 };
 
+// transformers' [batch, heads, seq, d] query or key, any strides but a contiguous last dim; a
+// row is one (batch, head, position), row r = (b * heads + h) * seq + p. SGLang's [tokens, heads
+// * d] is the same with batch = tokens and seq = 1.
+struct RotaryArgs {
+  const uint16_t* x;    // [batch, heads, seq, d], strides xb, xh, xs
+  const uint16_t* cos;  // [batch, seq, >= d/2], strides cb, cs
+  const uint16_t* sin;  // as cos, with cos's strides
+  uint16_t* out;        // [batch, heads, seq, d], strides ob, oh, os
+  int64_t heads, seq, d;
+  int64_t xb, xh, xs, cb, cs, ob, oh, os;
+};
+
 // Rows [row_begin, row_end) of a call; calls on disjoint rows run in parallel.
 using NormKernel = void (*)(const NormArgs&, int64_t row_begin, int64_t row_end);
 using SiluMulKernel = void (*)(const SiluMulArgs&, int64_t row_begin, int64_t row_end);
+using RotaryKernel = void (*)(const RotaryArgs&, int64_t row_begin, int64_t row_end);
 
 void rmsnorm_generic(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_generic(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
+void rotary_generic(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
 #if defined(__riscv)
 void rmsnorm_rvv(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_rvv(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
+void rotary_rvv(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
 #endif
 
 // packed[b] = weight[32*b : 32*b+32, :] transposed, zero past row n, for b in [block_begin, block_end).

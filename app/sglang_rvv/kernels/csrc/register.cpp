@@ -34,6 +34,7 @@ struct Isa {
   QuantLinearKernel int8, int4;
   NormKernel rmsnorm;
   SiluMulKernel silu_mul;
+  RotaryKernel rotary;
   std::string name;
 };
 
@@ -42,11 +43,11 @@ const Isa& isa() {
 #if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
       return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, rmsnorm_rvv, silu_mul_rvv,
-                 "rvv vlen=" + std::to_string(rvv_vlen_bits())};
+                 rotary_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
 #endif
     return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, rmsnorm_generic,
-               silu_mul_generic, "generic"};
+               silu_mul_generic, rotary_generic, "generic"};
   }();
   return chosen;
 }
@@ -321,6 +322,47 @@ at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
   return out;
 }
 
+// cos or sin as rotary's [batch, seq, >= d/2] table: a batch of one broadcasts (stride 0).
+void check_rotary_table(const at::Tensor& t, const at::Tensor& q, const char* what) {
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() == 3 && (t.size(0) == 1 || t.size(0) == q.size(0)) &&
+                  t.size(1) == q.size(2) && 2 * t.size(2) >= q.size(3) && (t.stride(2) == 1 || t.size(2) <= 1),
+              "sglang_rvv_native::rotary_neox expects a bfloat16 ", what, " of shape [batch, seq, >= head_dim/2] "
+              "with a contiguous last dim for a query of shape ", q.sizes(), ", got ", t.scalar_type(), " ",
+              t.sizes(), " strides ", t.strides());
+}
+
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const char* what) {
+  const int64_t batch = x.size(0), heads = x.size(1), seq = x.size(2), d = x.size(3);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && (x.stride(3) == 1 || d <= 1),
+              "sglang_rvv_native::rotary_neox expects a bfloat16 ", what, " with a contiguous last dim, got ",
+              x.scalar_type(), " strides ", x.strides());
+  // [batch, seq, heads, d] in memory, as transformers' q.view(...).transpose(1, 2) is.
+  at::Tensor out = at::empty({batch, seq, heads, d}, x.options()).transpose(1, 2);
+  if (out.numel() == 0) return out;
+  const int64_t cb = cos.size(0) == 1 ? 0 : cos.stride(0);
+  const RotaryArgs args{bf16_bits(x), bf16_bits(cos), bf16_bits(sin), bf16_bits_mut(out), heads, seq, d,
+                        x.stride(0), x.stride(1), x.stride(2), cb, cos.stride(1), out.stride(0), out.stride(1),
+                        out.stride(2)};
+  for_rows(args, batch * heads * seq, d, isa().rotary);
+  return out;
+}
+
+// transformers' apply_rotary_pos_emb for the whole head, neox style: (q, k) [batch, heads, seq, d]
+// rotated by cos and sin [batch or 1, seq, d] (only the first d/2 of each are read).
+std::tuple<at::Tensor, at::Tensor> rotary_neox(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                               const at::Tensor& sin) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(0) == k.size(0) && q.size(2) == k.size(2) &&
+                  q.size(3) == k.size(3) && q.size(3) % 2 == 0,
+              "sglang_rvv_native::rotary_neox expects a query and key [batch, heads, seq, head_dim] of one batch, "
+              "seq and even head_dim, got ", q.sizes(), " and ", k.sizes());
+  check_rotary_table(cos, q, "cos");
+  check_rotary_table(sin, q, "sin");
+  TORCH_CHECK(cos.sizes() == sin.sizes() && cos.strides() == sin.strides(),
+              "sglang_rvv_native::rotary_neox expects cos and sin of one shape and strides, got ", cos.sizes(), " ",
+              cos.strides(), " and ", sin.sizes(), " ", sin.strides());
+  return {rotate(q, cos, sin, "query"), rotate(k, cos, sin, "key")};
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -336,6 +378,7 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("rmsnorm(Tensor input, Tensor weight, float eps) -> Tensor");
   m.def("fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
+  m.def("rotary_neox(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -350,4 +393,5 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("rmsnorm", &sglang_rvv::rmsnorm);
   m.impl("fused_add_rmsnorm", &sglang_rvv::fused_add_rmsnorm);
   m.impl("silu_mul", &sglang_rvv::silu_mul);
+  m.impl("rotary_neox", &sglang_rvv::rotary_neox);
 }

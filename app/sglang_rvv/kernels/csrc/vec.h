@@ -151,6 +151,16 @@ static inline void silu_mul_rows(const SiluMulArgs& a, int64_t row_begin, int64_
   for (int64_t r = row_begin; r < row_end; ++r) row(a.gate + r * a.ldg, a.up + r * a.ldu, a.out + r * a.ldo);
 }
 
+// row(x, cos, sin, out) for rows [row_begin, row_end) of a rotary call: the walk both kernels take.
+template <class Row>
+static inline void rotary_rows(const RotaryArgs& a, int64_t row_begin, int64_t row_end, Row row) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t p = r % a.seq, h = r / a.seq % a.heads, b = r / a.seq / a.heads;
+    const int64_t c = b * a.cb + p * a.cs;
+    row(a.x + b * a.xb + h * a.xh + p * a.xs, a.cos + c, a.sin + c, a.out + b * a.ob + h * a.oh + p * a.os);
+  }
+}
+
 // The sum of kNormLanes chains, in order from +0.0f (kernels.h's RMSNorm order).
 static inline float sum_lanes(const float* lanes) {
   float ss = 0.0f;
