@@ -75,7 +75,14 @@ class RoutedLinear:
     """Mixin put in front of a Linear's class: forward goes through its route."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return self.__dict__[ROUTE_ATTR](self, input, self.weight, self.bias)
+        # nn.Linear registers both names (bias as None); reading _parameters skips
+        # nn.Module.__getattr__, a Python call each, on every projection of every step.
+        params = self._parameters
+        try:
+            weight, bias = params["weight"], params["bias"]
+        except KeyError:  # a weight or bias set as a plain attribute
+            weight, bias = self.weight, self.bias
+        return self.__dict__[ROUTE_ATTR](self, input, weight, bias)
 
 
 _ROUTED_CLASSES: dict[type, type] = {}

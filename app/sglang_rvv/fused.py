@@ -93,17 +93,21 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     """Whether :func:`rotary` may take these: bfloat16 on the CPU outside autograd, q and k
-    [batch, heads, seq, d] with contiguous last dims, cos and sin [batch or 1, seq, >= d/2] alike."""
-    if not (q.dtype is torch.bfloat16 and k.dtype is torch.bfloat16 and cos.dtype is torch.bfloat16
-            and sin.dtype is torch.bfloat16 and q.is_cpu and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3):
+    [batch, heads, seq, d] with contiguous last dims, cos and sin [batch or 1, seq, >= d/2] alike.
+    (Every attention of every step asks: each shape and stride is read once.)"""
+    bf16 = torch.bfloat16
+    if not (q.dtype is bf16 and k.dtype is bf16 and cos.dtype is bf16 and sin.dtype is bf16 and q.is_cpu):
+        return False
+    qs, ks, cs = q.shape, k.shape, cos.shape
+    if len(qs) != 4 or len(ks) != 4 or len(cs) != 3:
         return False
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
         return False
-    d = q.shape[3]
-    return (d % 2 == 0 and k.shape[3] == d and k.shape[0] == q.shape[0] and k.shape[2] == q.shape[2]
-            and cos.shape[0] in (1, q.shape[0]) and cos.shape[1] == q.shape[2] and 2 * cos.shape[2] >= d
-            and sin.shape == cos.shape and sin.stride() == cos.stride() and cos.stride(2) == 1
-            and q.stride(3) == 1 and k.stride(3) == 1)
+    batch, _, seq, d = qs
+    table_stride = cos.stride()
+    return (d % 2 == 0 and ks[0] == batch and ks[2] == seq and ks[3] == d and cs[0] in (1, batch)
+            and cs[1] == seq and 2 * cs[2] >= d and sin.shape == cs and sin.stride() == table_stride
+            and table_stride[2] == 1 and q.stride(3) == 1 and k.stride(3) == 1)
 
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

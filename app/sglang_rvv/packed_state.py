@@ -45,11 +45,12 @@ def _version(weight: torch.Tensor) -> int | None:
 
 @dataclass(frozen=True)
 class PackedWeightSource:
-    """The weight a plan (and its packed buffers) was made for."""
+    """The weight a plan (and its packed buffers) was made for. ``data_ptr`` is where its first
+    element lives (storage and offset in one): with the shape, strides and dtype it names the
+    very bytes a pack read."""
 
     tensor_ref: weakref.ReferenceType
-    storage_ptr: int
-    storage_offset: int
+    data_ptr: int
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
@@ -60,8 +61,7 @@ class PackedWeightSource:
     def capture(cls, weight: torch.Tensor) -> PackedWeightSource:
         return cls(
             tensor_ref=weakref.ref(weight),
-            storage_ptr=weight.untyped_storage().data_ptr(),
-            storage_offset=weight.storage_offset(),
+            data_ptr=weight.data_ptr(),
             shape=tuple(weight.shape),
             stride=tuple(weight.stride()),
             dtype=weight.dtype,
@@ -70,15 +70,16 @@ class PackedWeightSource:
         )
 
     def matches(self, weight: torch.Tensor) -> bool:
+        # Every call of a packed projection runs this, so it reads each property once, the one
+        # an in-place update bumps first; an inference tensor (version None) has no counter to read.
         return (
             self.tensor_ref() is weight
-            and self.storage_ptr == weight.untyped_storage().data_ptr()
-            and self.storage_offset == weight.storage_offset()
-            and self.shape == tuple(weight.shape)
-            and self.stride == tuple(weight.stride())
-            and self.dtype == weight.dtype
-            and self.device == weight.device
-            and self.version == _version(weight)
+            and (self.version is None or self.version == weight._version)
+            and self.data_ptr == weight.data_ptr()
+            and weight.shape == self.shape
+            and weight.stride() == self.stride
+            and weight.dtype == self.dtype
+            and weight.device == self.device
         )
 
 
@@ -121,7 +122,7 @@ class PackedRecord:
         """``module``'s packed tensors if they still reflect ``weight`` (the source check), else ``None``."""
         if not self.buffers or self.source is None or not self.source.matches(weight):
             return None
-        return tuple(module._buffers[name] for name in self.buffers)
+        return tuple(map(module._buffers.__getitem__, self.buffers))
 
 
 def record_of(module: torch.nn.Module) -> PackedRecord | None:

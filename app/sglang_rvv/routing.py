@@ -209,19 +209,32 @@ PACKED_BODIES = {"bf16": _packed_rows, "int8": _int8_rows, "int4": _int4_rows}
 @functools.cache  # the provider is chosen once per process
 def eager_body(layout_name: str) -> Callable:
     """The eager body of a packed layout: the chosen provider's kernel itself, called with what
-    ``PACKED_BODIES`` takes. The custom op's Python wrapper (a dispatcher round trip and the
-    argument checks) cost about as much as the kernel's own entry on the board's in-order core,
-    and an eager call needs neither: the plan packed the operands for this weight, the decision
-    checked the input (:func:`can_serve`), and the native op checks its arguments again.
-    ``.contiguous()`` keeps the op's contract (a generic result may be a view of padded columns)."""
+    ``PACKED_BODIES`` takes, but with an input of any rank ([..., K] in, [..., N] out, as
+    F.linear). The custom op's Python wrapper (a dispatcher round trip and the argument checks)
+    and a reshape on each side cost about as much as the kernel's own entry on the board's
+    in-order core, and an eager call needs none of them: the plan packed the operands for this
+    weight, the decision checked the input (:func:`can_serve`), the native op checks its
+    arguments again and takes the rows as they are (a provider's ``ANY_RANK``). Elsewhere the
+    input is flattened here, and ``.contiguous()`` keeps the op's contract (a generic result may
+    be a view of padded columns)."""
     provider = chosen()[0]
     if layout_name == "bf16":
-        return lambda input, packed, out_features: provider.linear(input, packed, out_features).contiguous()
-    quant = layout.quant_layout(layout_name)
+        def rows(input, packed, out_features):
+            return provider.linear(input, packed, out_features)
+    else:
+        quant = layout.quant_layout(layout_name)
 
-    def body(input, qweight, scales, out_features):
-        return provider.linear_quantized(input, (qweight, scales), quant, out_features,
-                                         input.shape[-1]).contiguous()
+        def rows(input, qweight, scales, out_features):
+            return provider.linear_quantized(input, (qweight, scales), quant, out_features, input.shape[-1])
+
+    if getattr(provider, "ANY_RANK", False):
+        return rows
+
+    def body(input, *operands):
+        if input.dim() == 2:
+            return rows(input, *operands).contiguous()
+        out = rows(input.reshape(-1, input.shape[-1]), *operands).contiguous()
+        return out.reshape(*input.shape[:-1], out.shape[-1])
 
     return body
 
@@ -327,6 +340,8 @@ class ModuleRoute:
                 packed = self.record.tensors(module, weight)  # the source check, before every use
                 if packed is not None:
                     self.context.counters[call.counter_key] += 1
+                    if call.direct:
+                        return call.fn(input, *packed, weight.shape[0])
                     return _run(call.fn, input, packed, call.rows, call.bucket, weight.shape[0])
         return self._route(module, input, weight, bias)
 
@@ -369,10 +384,15 @@ class ModuleRoute:
         else:
             if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
                 self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, None,
-                                                                                             bucket, rows)
+                                                                                             bucket, rows, False)
             return F.linear(input, weight, bias)
+        # The eager body takes the input as it is when there is no padding to a bucket.
+        direct = route == Route.PACKED_EAGER and bucket == rows
         if route in MEMO_ROUTES and not torch.is_grad_enabled():
-            self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, fn, bucket, rows)
+            self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, fn, bucket, rows,
+                                                                                         direct)
+        if direct:
+            return fn(input, *operands, weight.shape[0])
         return _run(fn, input, operands, rows, bucket, weight.shape[0])
 
 
@@ -397,12 +417,14 @@ MEMO_ROUTES = frozenset((Route.PACKED_EAGER, Route.PACKED_COMPILED, Route.ROW_MA
 
 
 class MemoCall(NamedTuple):
-    """A memoised decision: its counter key, and the packed callable (None: row-major F.linear)."""
+    """A memoised decision: its counter key, the packed callable (None: row-major F.linear), and
+    whether it takes the input as it is (direct) or through :func:`_run`'s flatten and padding."""
 
     counter_key: tuple[str, str, str]
     fn: Callable | None
     bucket: int
     rows: int
+    direct: bool
 
 
 class CallMemo:

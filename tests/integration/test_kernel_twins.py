@@ -199,6 +199,24 @@ def test_thread_count_and_half_blocks_change_no_bit(native, quant, group_size, n
     assert torch.equal(_bits(one), _bits(two))
 
 
+@pytest.mark.parametrize("quant,group_size", [pytest.param(None, 0, id="bf16"), *QUANT])
+def test_an_input_of_any_rank_is_its_rows(native, quant, group_size):
+    """[..., K] in, [..., N] out, as F.linear: transformers' [batch, seq, K] and a 1-D [K] input
+    give the bits of their rows as [M, K] (the eager route then reshapes nothing)."""
+    weight, x = _randn(N, K, seed=15), _randn(6, K, seed=16)
+    packed = native.pack_bf16_weight(weight, VERSION) if quant is None else _pack(native, quant, weight, group_size)
+    def call(rows):
+        if quant is None:
+            return native.packed_bf16_linear(rows, packed, N, VERSION)
+        return _linear(native, quant, rows, packed, N, K)
+    flat = call(x)
+    for shaped in (x.view(2, 3, K), x.view(1, 6, 1, K), x[0]):
+        out = call(shaped)
+        assert out.shape == (*shaped.shape[:-1], N) and out.is_contiguous()
+        assert torch.equal(_bits(out.reshape(-1, N)), _bits(flat[: out.numel() // N]))
+    assert call(x[:0].view(0, 1, K)).shape == (0, 1, N)
+
+
 @pytest.mark.parametrize("quant,group_size", QUANT)
 def test_special_values(native, quant, group_size):
     """NaN and infinities in the input reach exactly the outputs an fp64 reference says; NaN is 0x7FC0."""
@@ -230,8 +248,8 @@ def _bad_calls(native):
                               "non-finite values"),
         "float input": (lambda: native.packed_int8_linear(x.float(), q8, s8, 64, 64, VERSION),
                         "expects a bfloat16 input"),
-        "3-D input": (lambda: native.packed_int4_linear(x.reshape(1, 2, 64), q4, s4, 64, 64, VERSION),
-                      "expects a 2-D [M, K] input"),
+        "0-d input": (lambda: native.packed_int4_linear(x[0, 0], q4, s4, 64, 64, VERSION),
+                      "expects an [..., K] input, got a 0-d tensor"),
         "linear layout version": (lambda: native.packed_int4_linear(x, q4, s4, 64, 64, 7), "packed layout version 7"),
         "int8 qweight to the int4 op": (lambda: native.packed_int4_linear(x, q8, s8, 64, 64, VERSION),
                                         "expects a uint8 qweight"),
@@ -249,7 +267,7 @@ def _bad_calls(native):
 
 
 BAD_CALLS = ("float weight", "1-D weight", "group 0", "group above K", "odd int4 group", "pack layout version",
-             "non-finite weight", "float input", "3-D input", "linear layout version", "int8 qweight to the int4 op",
+             "non-finite weight", "float input", "0-d input", "linear layout version", "int8 qweight to the int4 op",
              "K mismatch", "input K mismatch", "scales of another weight", "float scales", "out_features too large")
 
 

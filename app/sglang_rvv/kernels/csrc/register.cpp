@@ -105,9 +105,24 @@ void check_bf16_weight(const at::Tensor& weight, const char* op) {
 void check_input(const at::Tensor& input, int64_t k, const char* op) {
   TORCH_CHECK(input.scalar_type() == at::kBFloat16, "sglang_rvv_native::", op, " expects a bfloat16 input, got ",
               input.scalar_type());
-  TORCH_CHECK(input.dim() == 2, "sglang_rvv_native::", op, " expects a 2-D [M, K] input, got shape ", input.sizes());
-  TORCH_CHECK(input.size(1) == k, "sglang_rvv_native::", op, ": input has K=", input.size(1),
+  TORCH_CHECK(input.dim() >= 1, "sglang_rvv_native::", op, " expects an [..., K] input, got a 0-d tensor");
+  TORCH_CHECK(input.size(-1) == k, "sglang_rvv_native::", op, ": input has K=", input.size(-1),
               " features but the packed weight was packed with K=", k);
+}
+
+// An [..., K] input's rows (its leading dims, flattened) and its [..., n] output's shape, as
+// F.linear takes and gives them: the caller needs no reshape on either side (on the board each
+// Python-side reshape costs about what the call's own entry does).
+int64_t input_rows(const at::Tensor& input) {
+  int64_t m = 1;
+  for (int64_t dim = 0; dim + 1 < input.dim(); ++dim) m *= input.size(dim);
+  return m;
+}
+
+at::DimVector out_shape(const at::Tensor& input, int64_t n) {
+  at::DimVector shape(input.sizes().begin(), input.sizes().end());
+  shape.back() = n;
+  return shape;
 }
 
 void check_out_features(int64_t n, int64_t blocks, const char* op) {
@@ -139,10 +154,10 @@ at::Tensor packed_bf16_linear(const at::Tensor& input, const at::Tensor& packed_
   const int64_t k = packed_weight.size(1), blocks = packed_weight.size(0);
   check_input(input, k, "packed_bf16_linear");
   check_out_features(n, blocks, "packed_bf16_linear");
-  const int64_t m = input.size(0);
-  if (m == 0 || k == 0) return at::zeros({m, n}, input.options());  // an empty sum is +0
+  const int64_t m = input_rows(input);
+  if (m == 0 || k == 0) return at::zeros(out_shape(input, n), input.options());  // an empty sum is +0
 
-  at::Tensor out = at::empty({m, n}, input.options());
+  at::Tensor out = at::empty(out_shape(input, n), input.options());
   const at::Tensor x = input.contiguous();
   const at::Tensor w = packed_weight.contiguous();
   const LinearArgs args{bf16_bits(x), bf16_bits(w), bf16_bits_mut(out), m, k, n};
@@ -216,8 +231,8 @@ at::Tensor quantized_linear(const QuantSpec& spec, const at::Tensor& input, cons
               " does not fit a qweight packed with Kp=", kp, " in groups of ", group);
   check_input(input, k, op);
   check_out_features(n, blocks, op);
-  const int64_t m = input.size(0);
-  at::Tensor out = at::empty({m, n}, input.options());
+  const int64_t m = input_rows(input);
+  at::Tensor out = at::empty(out_shape(input, n), input.options());
   if (m == 0) return out;
   const at::Tensor x = input.contiguous(), q = qweight.contiguous(), s = scales.contiguous();
   const QuantLinearArgs args{bf16_bits(x), static_cast<const uint8_t*>(q.const_data_ptr()), bf16_bits(s),
