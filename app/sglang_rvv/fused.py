@@ -1,17 +1,19 @@
 """The rest of a decode step on the RVV kernel library: RMSNorm (the residual add fused in), SiLU x
-mul and the rotary embedding, each one native call in place of the 2..16 scalar torch ops it
-replaces.
+mul, the rotary embedding and the decode attention, each one native call in place of the scalar
+torch ops it replaces.
 
 Debian's riscv64 torch runs every op outside the projections scalar, and on the board's in-order
 core each op's dispatch costs tens of thousands of instructions: a Qwen3-0.6B decode step runs
-113 RMSNorms of ~8 ops each and 28 rotary embeddings of ~16. The kernels
-(``kernels/csrc/rmsnorm_*``, ``silu_mul_*``, ``rotary_*``) run where
+113 RMSNorms of ~8 ops each, 28 rotary embeddings of ~16, and 28 attentions whose scalar sdpa
+costs ~470 k instructions each. The kernels (``kernels/csrc/rmsnorm_*``, ``silu_mul_*``,
+``rotary_*``, ``attention_*``) run where
 the chosen provider is ``rvv`` and the loaded library has them; :func:`available` says why not
 otherwise, and ``SGLANG_RVV_FUSED_OPS=0`` turns them off for A/B runs. A library built before them
 falls back to torch's ops with one warning line.
 
 A call the kernels do not cover (not bfloat16, not on the CPU, not contiguous, autograd, a weight
-of another size, a rotary of part of the head) runs the module's own torch code, so a shape never
+of another size, a rotary of part of the head, an attention with a mask or of more than one
+query) runs the module's own torch code, so a shape never
 gets a wrong result. What they compute differs from torch's ops only in rounding: one rounding to
 BF16 of FP32 arithmetic (kernels.h), where transformers' RMSNorm and rotary round two or three
 times.
@@ -35,7 +37,7 @@ import torch
 from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
-NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox")
+NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
@@ -47,6 +49,10 @@ HF_NORMS = frozenset(("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"))
 HF_MLPS = frozenset(("LlamaMLP", "Qwen2MLP", "Qwen3MLP"))
 HF_ATTENTIONS = frozenset(("LlamaAttention", "Qwen2Attention", "Qwen3Attention"))
 _HF_ROTARY = "apply_rotary_pos_emb"
+_HF_INTERFACES = "ALL_ATTENTION_FUNCTIONS"
+# The attention interfaces whose decode step is plain softmax attention over every key when no mask
+# is passed: the decode kernel may stand in for them.
+_HF_PLAIN_ATTENTION = frozenset(("sdpa", "eager"))
 
 
 @functools.cache
@@ -60,11 +66,12 @@ def available() -> tuple[bool, str]:
     missing = [op for op in NATIVE_OPS if not hasattr(torch.ops.sglang_rvv_native, op)]
     if missing:
         why = (f"the kernel library has no sglang_rvv_native::{', '.join(missing)} (built before them); "
-               "RMSNorm, SiLU x mul and the rotary embedding run torch's ops: rebuild it with "
+               "RMSNorm, SiLU x mul, the rotary embedding and attention run torch's ops: rebuild it with "
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, f"rmsnorm, fused_add_rmsnorm, silu_mul and rotary_neox from the rvv kernel library ({provider.NAME})"
+    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox and decode_attention from the rvv kernel "
+                  f"library ({provider.NAME})")
 
 
 def servable(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:
@@ -113,6 +120,27 @@ def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: to
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, k) rotated neox style by the first half of cos and sin (kernels.h's formula)."""
     return torch.ops.sglang_rvv_native.rotary_neox(q, k, cos, sin)
+
+
+def attention_servable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether :func:`decode_attention` may take these: bfloat16 on the CPU outside autograd, one
+    query [batch, q_heads, 1, d], k and v [batch, kv_heads, keys >= 1, d] alike, q_heads a multiple
+    of kv_heads, contiguous last dims."""
+    bf16 = torch.bfloat16
+    if not (q.dtype is bf16 and k.dtype is bf16 and v.dtype is bf16 and q.is_cpu):
+        return False
+    qs, ks = q.shape, k.shape
+    if len(qs) != 4 or len(ks) != 4 or qs[2] != 1 or v.shape != ks:
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    return (ks[0] == qs[0] and ks[3] == qs[3] and ks[1] > 0 and qs[1] % ks[1] == 0 and ks[2] > 0
+            and q.stride(3) == 1 and k.stride(3) == 1 and v.stride(3) == 1)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale) v for one query per head ([batch, 1, q_heads, d]: kernels.h's order)."""
+    return torch.ops.sglang_rvv_native.decode_attention(q, k, v, scale)
 
 
 _ABSENT = object()
@@ -186,32 +214,73 @@ def _hf_rotary(original: Callable) -> Callable:
     return apply_rotary_pos_emb
 
 
+def _hf_decode_attention(original: Callable) -> Callable:
+    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+        # A decode step with no mask attends to every key: what the kernel computes. A mask,
+        # dropout, a sliding window, a softcap or asked-for weights go to transformers' own.
+        if (attention_mask is None and not dropout and kwargs.get("sliding_window") is None
+                and kwargs.get("softcap") is None and not kwargs.get("output_attentions")
+                and attention_servable(query, key, value)):
+            scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+            return decode_attention(query, key, value, scale), None
+        return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                        is_causal=is_causal, **kwargs)
+    return attention
+
+
+class _HfInterfaces:
+    """transformers' attention registry as the policy's copy of an attention forward sees it: the
+    decode kernel in front of the plain interfaces (sdpa, eager), every other one as registered."""
+
+    def __init__(self, registry):
+        self._registry = registry
+        self._wrapped: dict[Callable, Callable] = {}
+
+    def get_interface(self, name, default):
+        original = self._registry.get_interface(name, default)
+        if name not in _HF_PLAIN_ATTENTION:
+            return original
+        wrapped = self._wrapped.get(original)
+        if wrapped is None:
+            wrapped = self._wrapped[original] = _hf_decode_attention(original)
+        return wrapped
+
+
 @functools.cache
-def _hf_attention_forward(cls: type) -> Callable | None:
-    """``cls.forward`` calling the rotary kernel where it calls its module's apply_rotary_pos_emb:
-    the same code, over a copy of the module's globals with that one name rebound. transformers
-    looks the function up at every call, and rebinding it in its module would reach every model
-    in the process; a copy given to the policy's modules (:func:`give_forward`) reaches only
-    them. ``None`` where the forward does not call it by that name."""
+def _hf_attention_forward(cls: type) -> tuple[Callable | None, tuple[str, ...]]:
+    """``cls.forward`` calling the kernels where it calls its module's apply_rotary_pos_emb and
+    attention interface, and which kinds it got: the same code, over a copy of the module's globals
+    with those names rebound. transformers looks them up at every call, and rebinding them in its
+    module would reach every model in the process; a copy given to the policy's modules
+    (:func:`give_forward`) reaches only them. ``(None, ())`` where the forward uses neither name."""
     forward = cls.forward
     code, scope = getattr(forward, "__code__", None), getattr(forward, "__globals__", {})
-    if code is None or _HF_ROTARY not in code.co_names or not callable(scope.get(_HF_ROTARY)):
-        return None
-    rebound = types.FunctionType(code, {**scope, _HF_ROTARY: _hf_rotary(scope[_HF_ROTARY])}, forward.__name__,
-                                 forward.__defaults__, forward.__closure__)
+    if code is None:
+        return None, ()
+    rebinds, kinds = {}, []
+    if _HF_ROTARY in code.co_names and callable(scope.get(_HF_ROTARY)):
+        rebinds[_HF_ROTARY] = _hf_rotary(scope[_HF_ROTARY])
+        kinds.append("rotary")
+    if _HF_INTERFACES in code.co_names and hasattr(scope.get(_HF_INTERFACES), "get_interface"):
+        rebinds[_HF_INTERFACES] = _HfInterfaces(scope[_HF_INTERFACES])
+        kinds.append("attention")
+    if not rebinds:
+        return None, ()
+    rebound = types.FunctionType(code, {**scope, **rebinds}, forward.__name__, forward.__defaults__,
+                                 forward.__closure__)
     rebound.__kwdefaults__ = forward.__kwdefaults__
-    return rebound
+    return rebound, tuple(kinds)
 
 
 def install_hf(model: torch.nn.Module) -> Counter:
-    """transformers' hook: its RMSNorm, SiLU-gated MLP and attention modules of the supported
-    architectures."""
+    """transformers' hook: its RMSNorm, SiLU-gated MLP and attention modules (rotary embedding and
+    decode attention) of the supported architectures."""
     given: Counter = Counter()
     for module in model.modules():
         name = type(module).__name__
-        if name in HF_ATTENTIONS and (forward := _hf_attention_forward(type(module))) is not None:
-            give_forward(module, forward)
-            given["rotary"] += 1
+        if name in HF_ATTENTIONS and (rebound := _hf_attention_forward(type(module)))[0] is not None:
+            give_forward(module, rebound[0])
+            given.update(rebound[1])
         elif name in HF_NORMS and hasattr(module, "variance_epsilon"):
             give_forward(module, _hf_norm_forward)
             given["rmsnorm"] += 1

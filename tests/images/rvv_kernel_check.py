@@ -58,6 +58,9 @@ FUSED_ROWS = (1, 5)
 # the smallest head, and a half (65) past VLMAX at VLEN 128 and 256.
 ROTARY_SHAPES = ((1, 16, 8, 1, 128, 1), (1, 9, 3, 7, 64, 1), (2, 4, 2, 3, 32, 2), (1, 2, 1, 1, 2, 1),
                  (1, 3, 1, 2, 130, 1))
+# Decode attentions as (batch, q heads, kv heads, keys, head dim): Qwen3-0.6B's second step, a
+# context past VLMAX keys at every VLEN, SmolLM2's GQA of 3, a batch, and one key without GQA.
+ATTENTION_SHAPES = ((1, 16, 8, 6, 128), (1, 4, 2, 70, 64), (1, 9, 3, 7, 64), (2, 4, 2, 5, 32), (1, 2, 2, 1, 16))
 FUSED_MIN_SQNR_DB = 40.0  # one BF16 rounding of FP32 arithmetic: ~50 dB; exp's few ulp do not show
 
 
@@ -108,6 +111,8 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
               for kind in FUSED_CHECKS for d in FUSED_DIMS for r in FUSED_ROWS]
     cases += [(f"rotary {'x'.join(map(str, shape))}", lambda shape=shape: check_rotary(*shape))
               for shape in ROTARY_SHAPES]
+    cases += [(f"attention {'x'.join(map(str, shape))}", lambda shape=shape: check_attention(*shape))
+              for shape in ATTENTION_SHAPES]
     if mode == "full":
         cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf)]
     cases += [(f"error {name}", lambda name=name: check_error(name)) for name in ERRORS]
@@ -184,6 +189,28 @@ def rotary_reference(x, cos, sin):
     x, cos, sin = x.double(), cos.double().unsqueeze(1), sin.double().unsqueeze(1)
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def check_attention(batch: int, q_heads: int, kv_heads: int, keys: int, d: int) -> dict:
+    """transformers' layout: q a transpose of [batch, 1, q_heads, d]; k and v the first `keys`
+    positions of a longer cache buffer (strided rows)."""
+    from sglang_rvv.fused import decode_attention
+
+    seed = batch * 1013 + q_heads * 103 + keys * 13 + d
+    q = _randn(batch, 1, q_heads, d, seed=seed).transpose(1, 2)
+    cache = _randn(2, batch, kv_heads, keys + 3, d, seed=seed + 1) * 2
+    k, v = cache[0, :, :, :keys], cache[1, :, :, :keys]
+    out = decode_attention(q, k, v, d ** -0.5)
+    result = {"shape": list(out.shape),
+              "same_as_contiguous": torch.equal(out, decode_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                                      d ** -0.5)),
+              "digest": digest(out)}
+    if MODE == "full":
+        group = q_heads // kv_heads
+        kf, vf = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+        ref = (torch.softmax(q.double() @ kf.transpose(-1, -2) * d ** -0.5, dim=-1) @ vf).transpose(1, 2)
+        result["sqnr_db"] = round(sqnr_db(out, ref), 1)
+    return result
 
 
 FUSED_CHECKS = {"norm": check_norm, "addnorm": check_addnorm, "silu_mul": check_silu_mul}

@@ -77,7 +77,7 @@ def test_make_up_serves_it_by_name_and_the_chat_answer_names_paris(model_image, 
 
 
 def test_the_fused_kernels_keep_its_greedy_answer(model_image, tmp_path):
-    """The fused RMSNorm, SiLU x mul and rotary kernels on the real model give the same greedy
+    """The fused RMSNorm, SiLU x mul, rotary and decode attention kernels on the real model give the same greedy
     tokens as transformers' own ops. Their scalar twins built for this host run here: bit for bit
     the RVV kernels (tests/images/test_rvv_kernels.py holds them to it under qemu at every VLEN)."""
     import host_kernels
@@ -106,7 +106,8 @@ def test_the_fused_kernels_keep_its_greedy_answer(model_image, tmp_path):
 
     as_built = greedy()
     layers = model.config.num_hidden_layers
-    assert fused.install_hf(model) == {"rmsnorm": 2 * layers + 1, "rotary": layers, "silu_mul": layers}
+    assert fused.install_hf(model) == {"attention": layers, "rmsnorm": 2 * layers + 1, "rotary": layers,
+                                       "silu_mul": layers}
     with_kernels = greedy()
     answer = tokenizer.decode(with_kernels, skip_special_tokens=True)
     print(f"greedy answer with the fused kernels: {answer!r}")

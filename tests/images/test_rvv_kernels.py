@@ -35,7 +35,7 @@ RUNS = {  # name: (check mode, QEMU_CPU)
 RUN_TIMEOUT = 900
 PARALLEL_RUNS = 2  # this machine's cores; each run is mostly one busy qemu thread
 NUMERIC_PREFIXES = ("linear ", "qlinear ", "bucket ", "threads", "rounding", "special values", "norm ", "addnorm ",
-                    "silu_mul ", "rotary ")
+                    "silu_mul ", "rotary ", "attention ")
 
 
 @pytest.fixture(scope="module")
@@ -182,11 +182,17 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         assert r["same_as_contiguous"], r  # a transposed q reads as its contiguous copy
         if full:
             assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
+    elif case.startswith("attention "):
+        batch, q_heads, _, _, d = (int(v) for v in case.split()[1].split("x"))
+        assert r["shape"] == [batch, 1, q_heads, d] and r["same_as_contiguous"], r
+        if full:
+            assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
     elif case == "fused special values":
         assert r["silu"][:4] == ["nan", "inf", "0.0", "-0.0"] and r["silu"][6] == "100.0", r
         assert r["nan_row_all_nan"] and r["finite_row_finite"], r
     elif case == "fused hf":
-        assert r["fused_ops"] == {"rmsnorm": 2 * 2 + 1, "rotary": 2, "silu_mul": 2}, r  # the tiny Llama: 2 layers
+        # The tiny Llama: 2 layers.
+        assert r["fused_ops"] == {"attention": 2, "rmsnorm": 2 * 2 + 1, "rotary": 2, "silu_mul": 2}, r
         assert r["off_fused"] == {} and "rvv kernel library" in r["fused_reason"], r
         assert r["logits_sqnr_db"] >= 30.0, r
     elif case.startswith("error "):

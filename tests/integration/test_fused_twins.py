@@ -1,6 +1,6 @@
 """The fused kernels of the rest of a decode step (RMSNorm, fused residual-add + RMSNorm, SiLU x
-mul, the rotary embedding), as their scalar twins built for this host, and their plug into
-transformers' modules.
+mul, the rotary embedding, the decode attention), as their scalar twins built for this host, and
+their plug into transformers' modules.
 
 The RVV kernels are held to these twins bit for bit under qemu (tests/images/test_rvv_kernels.py);
 here the twins meet an fp64 reference on the shapes of the benchmark models, and a transformers
@@ -98,6 +98,41 @@ def test_rotary_is_one_rounding_of_the_fp64_rotation(native, batch, q_heads, kv_
     assert torch.equal(contiguous[0], q_out) and torch.equal(contiguous[1], k_out)
 
 
+def _attention_fp64(q, k, v, scale):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(group, dim=1), v.double().repeat_interleave(group, dim=1)
+    weights = torch.softmax((q.double() @ k.transpose(-1, -2)) * scale, dim=-1)
+    return (weights @ v).transpose(1, 2)  # [batch, 1, q_heads, d], as transformers' sdpa returns it
+
+
+@pytest.mark.parametrize("batch,q_heads,kv_heads,keys,d", [
+    (1, 16, 8, 6, 128),   # Qwen3-0.6B's second decode step
+    (1, 16, 8, 300, 128),  # a long context: many vector chunks of keys
+    (1, 9, 3, 7, 64),     # SmolLM2
+    (2, 4, 2, 5, 32),     # a batch
+    (1, 4, 4, 1, 16),     # no GQA, one key
+])
+def test_decode_attention_is_the_fp64_softmax(native, batch, q_heads, kv_heads, keys, d):
+    q = _randn(batch, 1, q_heads, d, seed=keys).transpose(1, 2)  # transformers' q: a transpose
+    # k and v as a cache buffer's first `keys` positions: strided rows, the same bits as a copy.
+    cache = _randn(2, batch, kv_heads, keys + 3, d, seed=d) * 2
+    k, v = cache[0, :, :, :keys], cache[1, :, :, :keys]
+    scale = d ** -0.5
+    out = native.decode_attention(q, k, v, scale)
+    assert out.shape == (batch, 1, q_heads, d) and out.is_contiguous()
+    assert _sqnr_db(out, _attention_fp64(q, k, v, scale)) > 45
+    assert torch.equal(out, native.decode_attention(q.contiguous(), k.contiguous(), v.contiguous(), scale))
+
+
+def test_decode_attention_keeps_a_nan_and_ignores_nothing(native):
+    """A NaN score makes its heads' outputs NaN (as torch's softmax does); -inf scores weigh 0."""
+    q, k, v = _randn(1, 4, 1, 16, seed=1), _randn(1, 2, 5, 16, seed=2), _randn(1, 2, 5, 16, seed=3)
+    k[0, 0, 2, 0] = float("nan")
+    out = native.decode_attention(q, k, v, 0.25)
+    assert torch.equal(out.isnan().any(-1), torch.tensor([[[True, True, False, False]]]))
+    assert _sqnr_db(out[..., 2:, :], _attention_fp64(q, k, v, 0.25)[..., 2:, :]) > 45
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda n: n.rmsnorm(torch.ones(4, 8), torch.ones(8, dtype=torch.bfloat16), 1e-6), "expects a bfloat16 input"),
     (lambda n: n.rmsnorm(torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(6, dtype=torch.bfloat16), 1e-6),
@@ -114,38 +149,55 @@ def test_rotary_is_one_rounding_of_the_fp64_rotation(native, batch, q_heads, kv_
     (lambda n: n.rotary_neox(torch.ones(1, 2, 1, 8, dtype=torch.bfloat16), torch.ones(1, 1, 1, 8, dtype=torch.bfloat16),
                              torch.ones(1, 1, 3, dtype=torch.bfloat16), torch.ones(1, 1, 3, dtype=torch.bfloat16)),
      r"cos of shape \[batch, seq, >= head_dim/2\]"),
-], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided", "odd head", "short table"])
+    (lambda n: n.decode_attention(torch.ones(1, 3, 1, 8, dtype=torch.bfloat16),
+                                  torch.ones(1, 2, 4, 8, dtype=torch.bfloat16),
+                                  torch.ones(1, 2, 4, 8, dtype=torch.bfloat16), 1.0), "q_heads a multiple of kv_heads"),
+    (lambda n: n.decode_attention(torch.ones(1, 2, 1, 8, dtype=torch.bfloat16), torch.ones(1, 2, 4, 8),
+                                  torch.ones(1, 2, 4, 8), 1.0), "expects bfloat16 q, k and v"),
+], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided", "odd head", "short table", "gqa ratio",
+        "float kv"])
 def test_bad_calls_raise_one_clear_line(native, call, message):
     with pytest.raises(RuntimeError, match=message):
         call(native)
 
 
 def _logits(model, prompt):
+    """The logits of the prompt's prefill and of one decode step after it (the decode attention)."""
     with torch.inference_mode():
-        return model(prompt).logits
+        out = model(prompt[:, :-1], use_cache=True)
+        step = model(prompt[:, -1:], past_key_values=out.past_key_values, use_cache=True)
+        return torch.cat([out.logits, step.logits], dim=1)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch):
+def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatch):
     """The logits agree within the kernels' roundings (a random tiny model's near-tied logits may
     swap a greedy token: the same-tokens check is on the real default model, test_default_model.py)."""
     model = tiny.build_model(arch, seed=0)
     prompt = torch.randint(0, model.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(2))
     as_built = _logits(model, prompt)
+    attended = []
+    def spy(*args):
+        attended.append(tuple(args[0].shape))
+        return native.decode_attention(*args)
+    monkeypatch.setattr(fused, "decode_attention", spy)
     modeling = sys.modules[type(model).__module__]
     original_rotary = modeling.apply_rotary_pos_emb
     given = fused.install_hf(model)
     layers = model.config.num_hidden_layers
     norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
-    assert given == {"rmsnorm": norms, "rotary": layers, "silu_mul": layers}
+    assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers}
     assert _sqnr_db(_logits(model, prompt), as_built) > 30
+    # The prefill's attention (6 queries) is transformers' own; the decode step's runs the kernel.
+    heads, d = model.config.num_attention_heads, model.config.head_dim
+    assert len(attended) == layers and set(attended) == {(1, heads, 1, d)}
     # The attention's rotary is rebound in its own copy of the forward: transformers' module keeps its
     # function, so another model in the process runs it unchanged.
     assert modeling.apply_rotary_pos_emb is original_rotary
     other = tiny.build_model(arch, seed=1)
     assert all("forward" not in m.__dict__ for m in other.modules())
     # Taken back: every module runs its class's forward again.
-    assert sum(fused.take_back(m) for m in model.modules()) == norms + 2 * layers
+    assert sum(fused.take_back(m) for m in model.modules()) == norms + 2 * layers  # an attention is one module
     assert all("forward" not in m.__dict__ for m in model.modules())
 
 

@@ -1,5 +1,6 @@
 // The kernels of libsglang_rvv_kernels.so: the packed Linear layouts' constants, the arguments and
-// every kernel's entry, and the rest of a decode step's (RMSNorm, SiLU x mul, rotary embedding).
+// every kernel's entry, and the rest of a decode step's (RMSNorm, SiLU x mul, rotary embedding,
+// decode attention).
 //
 // app/sglang_rvv/layout.py defines the layouts; the constants below mirror it. Every layout
 // keeps the block family: a row-major [N, K] weight becomes ceil(N/32) blocks of 32 output
@@ -85,8 +86,8 @@ void linear_int4_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64
 int64_t rvv_vlen_bits();
 #endif
 
-// The rest of a decode step: RMSNorm (the residual add fused in), SiLU x mul and the rotary
-// embedding, over rows of d BF16 values, rows ld* elements apart. Every result is one rounding to BF16 of FP32 arithmetic
+// The rest of a decode step: RMSNorm (the residual add fused in), SiLU x mul, the rotary
+// embedding and the decode attention, over rows of d BF16 values, rows ld* elements apart. Every result is one rounding to BF16 of FP32 arithmetic
 // in a fixed order, the same for every VLEN and for the twins:
 // - rmsnorm: h = x, or with a residual h = bf16(x + residual) (FP32 add), written back to the
 //   residual; ss = the sum of h*h as kNormLanes FP32 fma chains from +0.0f (chain j takes
@@ -98,6 +99,11 @@ int64_t rvv_vlen_bits();
 //   and s = sin[i] of its position, out[i] = bf16(fma(-x[i+h], s, x[i] * c)) and
 //   out[i+h] = bf16(fma(x[i], s, x[i+h] * c)) for i < h. Only cos[0..h) and sin[0..h) are read:
 //   transformers' tables repeat their halves, SGLang's cache holds cos then sin.
+// - decode attention (one query per head, over all the keys of its KV head; GQA: query head h
+//   reads KV head h / (q_heads / kv_heads)): s_j = the FP32 fma chain of q[i] * k_j[i] over
+//   i = 0..d-1 in order from +0.0f, t_j = s_j * scale, m = max_j t_j, p_j = exp_f32(t_j - m),
+//   sum = p_0 + p_1 + ... in order from +0.0f, acc[i] = the fma chain of p_j * v_j[i] over j in
+//   order from +0.0f, out[i] = bf16(acc[i] / sum).
 constexpr int64_t kNormLanes = 16;  // the e32m4 vector length at VLEN 128, so every VLEN has it
 
 struct NormArgs {
@@ -128,18 +134,33 @@ struct RotaryArgs {
   int64_t xb, xh, xs, cb, cs, ob, oh, os;
 };
 
+// A decode step's attention: row r = b * q_heads + h is query head h of batch row b.
+struct AttentionArgs {
+  const uint16_t* q;  // [batch, q_heads, d], strides qb, qh
+  const uint16_t* k;  // [batch, kv_heads, keys, d], strides kb, kh, kt
+  const uint16_t* v;  // as k, strides vb, vh, vt
+  uint16_t* out;      // [batch, q_heads, d], strides ob, oh
+  int64_t q_heads, kv_heads, keys, d;
+  int64_t qb, qh, kb, kh, kt, vb, vh, vt, ob, oh;
+  float scale;
+};
+
 // Rows [row_begin, row_end) of a call; calls on disjoint rows run in parallel.
 using NormKernel = void (*)(const NormArgs&, int64_t row_begin, int64_t row_end);
 using SiluMulKernel = void (*)(const SiluMulArgs&, int64_t row_begin, int64_t row_end);
 using RotaryKernel = void (*)(const RotaryArgs&, int64_t row_begin, int64_t row_end);
+// scratch: `keys` floats of the calling thread (a row's scores).
+using AttentionKernel = void (*)(const AttentionArgs&, int64_t row_begin, int64_t row_end, float* scratch);
 
 void rmsnorm_generic(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_generic(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
 void rotary_generic(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
+void attention_generic(const AttentionArgs& args, int64_t row_begin, int64_t row_end, float* scratch);
 #if defined(__riscv)
 void rmsnorm_rvv(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_rvv(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
 void rotary_rvv(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
+void attention_rvv(const AttentionArgs& args, int64_t row_begin, int64_t row_end, float* scratch);
 #endif
 
 // packed[b] = weight[32*b : 32*b+32, :] transposed, zero past row n, for b in [block_begin, block_end).

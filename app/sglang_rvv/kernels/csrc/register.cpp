@@ -35,6 +35,7 @@ struct Isa {
   NormKernel rmsnorm;
   SiluMulKernel silu_mul;
   RotaryKernel rotary;
+  AttentionKernel attention;
   std::string name;
 };
 
@@ -43,11 +44,11 @@ const Isa& isa() {
 #if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
       return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, rmsnorm_rvv, silu_mul_rvv,
-                 rotary_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
+                 rotary_rvv, attention_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
 #endif
     return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, rmsnorm_generic,
-               silu_mul_generic, rotary_generic, "generic"};
+               silu_mul_generic, rotary_generic, attention_generic, "generic"};
   }();
   return chosen;
 }
@@ -378,6 +379,33 @@ std::tuple<at::Tensor, at::Tensor> rotary_neox(const at::Tensor& q, const at::Te
   return {rotate(q, cos, sin, "query"), rotate(k, cos, sin, "key")};
 }
 
+// One decode step's attention, transformers' layout: q [batch, q_heads, 1, d], k and v [batch,
+// kv_heads, keys, d] (any strides but a contiguous last dim), q_heads a multiple of kv_heads; the
+// result is [batch, 1, q_heads, d], as transformers' sdpa_attention_forward returns it.
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(2) == 1 && q.size(0) == k.size(0) &&
+                  q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0 && k.size(2) > 0,
+              "sglang_rvv_native::decode_attention expects q [batch, q_heads, 1, d] and k, v [batch, kv_heads, "
+              "keys >= 1, d] with q_heads a multiple of kv_heads, got ", q.sizes(), ", ", k.sizes(), " and ",
+              v.sizes());
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && (t->stride(3) == 1 || t->size(3) <= 1),
+                "sglang_rvv_native::decode_attention expects bfloat16 q, k and v with a contiguous last dim, got ",
+                t->scalar_type(), " strides ", t->strides());
+  }
+  const int64_t batch = q.size(0), q_heads = q.size(1), keys = k.size(2), d = q.size(3);
+  at::Tensor out = at::empty({batch, 1, q_heads, d}, q.options());
+  if (out.numel() == 0) return out;
+  const AttentionArgs args{bf16_bits(q), bf16_bits(k), bf16_bits(v), bf16_bits_mut(out), q_heads, k.size(1), keys, d,
+                           q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
+                           v.stride(1), v.stride(2), out.stride(0), out.stride(2), static_cast<float>(scale)};
+  const AttentionKernel kernel = isa().attention;
+  for_rows(args, batch * q_heads, keys * d, [&](const AttentionArgs& part, int64_t begin, int64_t end) {
+    kernel(part, begin, end, thread_scratch(keys));
+  });
+  return out;
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -394,6 +422,7 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("rotary_neox(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)");
+  m.def("decode_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -409,4 +438,5 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("fused_add_rmsnorm", &sglang_rvv::fused_add_rmsnorm);
   m.impl("silu_mul", &sglang_rvv::silu_mul);
   m.impl("rotary_neox", &sglang_rvv::rotary_neox);
+  m.impl("decode_attention", &sglang_rvv::decode_attention);
 }
