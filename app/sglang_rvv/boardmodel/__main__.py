@@ -23,11 +23,12 @@ PER_TOKEN = "decode2"  # the second decode step: the first may still pay lazy fi
 
 def priced(result: dict) -> dict:
     step = result["phases"][PER_TOKEN]["components"]
-    kernel_bytes = step["kernel"]["vec_load_bytes"]
-    weight = model.streamed_bytes(result["shape"], result["packed_source_bytes"], kernel_bytes)
+    weight = model.streamed_bytes(result["shape"], result["packed_source_bytes"], result["packed_bytes"])
     return {**result, "per_token": step, "weight_bytes": weight,
             "kernel_loads_per_weight_byte": (step["kernel"]["vec_loads"] / result["packed_bytes"]
                                              if result["packed_bytes"] else None),
+            "kernel_load_bytes_per_weight_byte": (step["kernel"]["vec_load_bytes"] / result["packed_bytes"]
+                                                  if result["packed_bytes"] else None),
             "prediction": model.predict(step, weight)}
 
 

@@ -97,12 +97,14 @@ def weight_bytes_bf16(shape: dict) -> int:
     return 2 * (layers * per_layer + shape["vocab_size"] * h)
 
 
-def streamed_bytes(shape: dict, packed_source_bytes: int, kernel_load_bytes: int) -> int:
-    """The weight bytes a token streams: the kernel's own vector-load bytes (counted) for the
-    packed projections, BF16 for the rest (row-major, read by torch). ``packed_source_bytes``
-    are the BF16 bytes of the weights the policy packed (not their packed size: an int4 layout
-    replaces 4 BF16 bytes with about 1)."""
-    return max(0, weight_bytes_bf16(shape) - packed_source_bytes) + kernel_load_bytes
+def streamed_bytes(shape: dict, packed_source_bytes: int, packed_bytes: int) -> int:
+    """The weight bytes a token streams from memory: the packed buffers once each (``packed_bytes``,
+    the policy's report: qweight and scales for int8/int4), BF16 for the rest (row-major, read by
+    torch). ``packed_source_bytes`` are the BF16 bytes of the weights the policy packed (not their
+    packed size: an int4 layout replaces 4 BF16 bytes with about 1). The kernel's other vector
+    loads re-read what the caches hold (the activation panel once per block, the group sums in its
+    scratch), so they are not streamed; the counts keep them beside (kernel loads per packed byte)."""
+    return max(0, weight_bytes_bf16(shape) - packed_source_bytes) + packed_bytes
 
 
 def constants_json() -> dict:

@@ -3,8 +3,8 @@
 // int4_generic.cpp is its scalar twin (same results, bit for bit). The walk over blocks, groups
 // and row tiles is quant_rvv.h's; this file supplies the inner loop.
 //
-// One e8m1 load of 32 nibble pairs serves two K steps for 32 lanes: vand / vsrl and a subtract
-// of 8 at e8 (one register each), then vsext.vf4 + vfcvt to FP32 (exact), one vfmacc per row.
+// One e8m1 load of 32 nibble pairs serves two K steps for 32 lanes: vand / vsrl at e8, vwsub.vx
+// of 8 to int16 (two registers each), then vfwcvt to FP32 (exact), one vfmacc per row.
 // K is unrolled by four (two loads, issued first; one prefetch per 64-byte line). Group starts
 // are even columns (G is even), so a run always starts on a low nibble.
 
@@ -25,13 +25,13 @@ struct Int4 {
   static void accumulate(const float* x, int64_t ldx, const uint8_t* w, int64_t n, size_t vl, vfloat32m4_t& c0,
                          vfloat32m4_t& c1, vfloat32m4_t& c2, vfloat32m4_t& c3) {
     const auto pairs = [&](int64_t i) { return __riscv_vle8_v_u8m1(w + (i / 2) * kBlockN, vl); };
-    const auto step = [&](int64_t i, vint8m1_t q) { fma_rows<R>(c0, c1, c2, c3, x, ldx, i, i8_to_f32_m4(q, vl), vl); };
+    const auto step = [&](int64_t i, vint16m2_t q) { fma_rows<R>(c0, c1, c2, c3, x, ldx, i, i16_to_f32_m4(q, vl), vl); };
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
       prefetch_r(w + (i / 2) * kBlockN + kPrefetchBytes);
       const vuint8m1_t p0 = pairs(i), p1 = pairs(i + 2);
-      // All four unpacks at e8 first, then the e32 work: one vsetvli switch each way, not four.
-      const vint8m1_t q0 = int4_low(p0, vl), q1 = int4_high(p0, vl), q2 = int4_low(p1, vl), q3 = int4_high(p1, vl);
+      // All four unpacks first, then the e32 work: fewer vsetvli switches.
+      const vint16m2_t q0 = int4_low(p0, vl), q1 = int4_high(p0, vl), q2 = int4_low(p1, vl), q3 = int4_high(p1, vl);
       step(i, q0);
       step(i + 1, q1);
       step(i + 2, q2);

@@ -3,7 +3,7 @@
 // and row tiles is quant_rvv.h's; this file supplies the inner loop.
 //
 // Per K step and row tile: one e8m1 load of 32 int8 lanes (32 bytes: half the bytes of BF16),
-// vsext.vf4 + vfcvt to FP32 (exact), one vfmacc per row. K is unrolled by two so both loads
+// vsext.vf2 + vfwcvt to FP32 (exact), one vfmacc per row. K is unrolled by two so both loads
 // issue first; one prefetch per 64-byte line. Registers with 4 rows: 16 for the sums, 2 for the
 // loaded rows, 4 for the widening.
 
