@@ -13,10 +13,9 @@ falls back to torch's ops with one warning line.
 
 A call the kernels do not cover (not bfloat16, not on the CPU, not contiguous, autograd, a weight
 of another size, a rotary of part of the head, an attention with a mask or of more than one
-query) runs the module's own torch code, so a shape never
-gets a wrong result. What they compute differs from torch's ops only in rounding: one rounding to
-BF16 of FP32 arithmetic (kernels.h), where transformers' RMSNorm and rotary round two or three
-times.
+query) runs the module's own torch code, so a shape never gets a wrong result. What they compute
+differs from torch's ops only in rounding: one rounding to BF16 of FP32 arithmetic (kernels.h),
+where transformers' RMSNorm and rotary round two or three times.
 
 :func:`install` puts the kernels into a model's modules, through the hooks its adapter names
 (:attr:`adapters.Adapter.fused_modules`); :func:`install_hf` is transformers' hook, and
@@ -44,7 +43,8 @@ log = logging.getLogger("sglang_rvv")
 
 # transformers' classes of the supported architectures (archs.SUPPORTED) whose forward is the
 # plain RMSNorm (weight * normalized, eps in variance_epsilon), the SiLU-gated MLP, or the
-# attention that calls its module's apply_rotary_pos_emb (neox style: rotate_half).
+# attention that calls its module's apply_rotary_pos_emb (neox style: rotate_half) and attention
+# interface.
 HF_NORMS = frozenset(("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"))
 HF_MLPS = frozenset(("LlamaMLP", "Qwen2MLP", "Qwen3MLP"))
 HF_ATTENTIONS = frozenset(("LlamaAttention", "Qwen2Attention", "Qwen3Attention"))
