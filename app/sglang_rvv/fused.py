@@ -214,6 +214,7 @@ def _hf_rotary(original: Callable) -> Callable:
     return apply_rotary_pos_emb
 
 
+@functools.cache  # one wrapper per interface, shared by every attention module
 def _hf_decode_attention(original: Callable) -> Callable:
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         # A decode step with no mask attends to every key: what the kernel computes. A mask,
@@ -234,16 +235,10 @@ class _HfInterfaces:
 
     def __init__(self, registry):
         self._registry = registry
-        self._wrapped: dict[Callable, Callable] = {}
 
     def get_interface(self, name, default):
         original = self._registry.get_interface(name, default)
-        if name not in _HF_PLAIN_ATTENTION:
-            return original
-        wrapped = self._wrapped.get(original)
-        if wrapped is None:
-            wrapped = self._wrapped[original] = _hf_decode_attention(original)
-        return wrapped
+        return _hf_decode_attention(original) if name in _HF_PLAIN_ATTENTION else original
 
 
 @functools.cache
