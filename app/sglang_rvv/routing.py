@@ -7,7 +7,9 @@ after), or row-major ``F.linear``, which also serves the buckets where the
 warm-up's measured route table found the packed callable slower (see
 :mod:`sglang_rvv.route_table`). :func:`decide` is pure, so the warm-up asks
 it too, for the keys to compile. The caller counts each call by
-(projection, route, bucket).
+(projection, route, bucket). A bias (Qwen2's and DeepSeek-R1-Distill-Qwen's q/k/v) is
+read live and added in place to the packed callable's output: one bfloat16 rounding more
+than F.linear's, and no bias enters a packed buffer, a shape key or a compiled artifact.
 """
 
 from __future__ import annotations
@@ -111,9 +113,10 @@ def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None
         return f"gate: weight dtype {weight.dtype}, needs torch.bfloat16"
     if weight.dim() != 2:
         return f"gate: weight rank {weight.dim()}, needs 2"
-    if bias is not None:
-        return "gate: has a bias"
     out_features, in_features = weight.shape
+    if bias is not None and not _bias_fits(bias, out_features):
+        return (f"gate: bias {bias.dtype} {tuple(bias.shape)} on {bias.device.type}, needs torch.bfloat16 "
+                f"({out_features},) on cpu")
     minimum = shape_gate().min_features
     if out_features < minimum or in_features < minimum:
         return f"gate: [N={out_features}, K={in_features}] below the {minimum} minimum"
@@ -145,14 +148,22 @@ class Decision(NamedTuple):
     key: RegionalShapeKey | None
 
 
-def can_serve(input: torch.Tensor, weight: torch.Tensor) -> bool:
+def _bias_fits(bias: torch.Tensor, out_features: int) -> bool:
+    return bias.device.type == "cpu" and bias.dtype == torch.bfloat16 and bias.shape == (out_features,)
+
+
+def can_serve(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     """Whether a compiled or packed kernel may serve this call at all: a bfloat16 CPU input
-    of the weight's in_features, outside autograd (row-major F.linear keeps autograd working)."""
+    of the weight's in_features (and a bfloat16 CPU bias of its out_features, or none),
+    outside autograd (row-major F.linear keeps autograd working)."""
     return (
         input.device.type == "cpu"
         and input.dtype == torch.bfloat16
         and (input.shape[-1] if input.dim() else 0) == weight.shape[-1]
-        and not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
+        and (bias is None or _bias_fits(bias, weight.shape[0]))
+        and not (torch.is_grad_enabled() and (input.requires_grad
+                                              or weight.requires_grad
+                                              or (bias is not None and bias.requires_grad)))
     )
 
 
@@ -341,8 +352,10 @@ class ModuleRoute:
                 if packed is not None:
                     self.context.counters[call.counter_key] += 1
                     if call.direct:
-                        return call.fn(input, *packed, weight.shape[0])
-                    return _run(call.fn, input, packed, call.rows, call.bucket, weight.shape[0])
+                        out = call.fn(input, *packed, weight.shape[0])
+                    else:
+                        out = _run(call.fn, input, packed, call.rows, call.bucket, weight.shape[0])
+                    return out if bias is None else out.add_(bias)
         return self._route(module, input, weight, bias)
 
     def _memo(self, weight: torch.Tensor) -> CallMemo:
@@ -373,7 +386,7 @@ class ModuleRoute:
         rows = input.numel() // in_features if in_features else 0
         packed_layout = self.record.layout
         route, bucket, key = decide(self.projection, rows, status, context.config, context.table,
-                                    weight_shape=weight.shape, servable=can_serve(input, weight),
+                                    weight_shape=weight.shape, servable=can_serve(input, weight, bias),
                                     packed_layout=packed_layout)
         counter_key = (self.projection, route, NO_BUCKET if bucket is None else str(bucket))
         context.counters[counter_key] += 1
@@ -392,8 +405,10 @@ class ModuleRoute:
             self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, fn, bucket, rows,
                                                                                          direct)
         if direct:
-            return fn(input, *operands, weight.shape[0])
-        return _run(fn, input, operands, rows, bucket, weight.shape[0])
+            out = fn(input, *operands, weight.shape[0])
+        else:
+            out = _run(fn, input, operands, rows, bucket, weight.shape[0])
+        return out if bias is None else out.add_(bias)
 
 
 def _run(fn: Callable, input: torch.Tensor, operands: tuple[torch.Tensor, ...], rows: int, bucket: int,

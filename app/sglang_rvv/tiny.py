@@ -64,4 +64,10 @@ def build_model(arch: str, seed: int = 0, **overrides) -> torch.nn.Module:
     config = build_config(arch, **overrides)
     torch.manual_seed(seed)
     model = getattr(transformers, ARCHS[arch][1])(config)
+    with torch.no_grad():
+        # transformers initialises a Linear's bias (Qwen2's q/k/v) to zero, which would hide a
+        # dropped bias; a real Qwen2's are far from zero.
+        for name, param in model.named_parameters():
+            if name.endswith("proj.bias"):
+                param.normal_(0.0, 0.5)
     return model.to(torch.bfloat16).eval()

@@ -560,7 +560,8 @@ def _bad_calls():
         "native out_features too large": lambda: n.packed_bf16_linear(x, packed, 65, LAYOUT_VERSION),
         "native out_features too small": lambda: n.packed_bf16_linear(x, packed, 32, LAYOUT_VERSION),
         "native unpacked weight": lambda: n.packed_bf16_linear(x, weight, 64, LAYOUT_VERSION),
-        "native 3-D input": lambda: n.packed_bf16_linear(x.reshape(1, 2, 32), packed, 64, LAYOUT_VERSION),
+        # [..., K] is any rank (check_ops_dispatch); only a 0-d input has no K to read
+        "native 0-d input": lambda: n.packed_bf16_linear(x[0, 0], packed, 64, LAYOUT_VERSION),
         "native int8 group 0": lambda: n.pack_int8_weight(weight, 0, 1),
         "native int4 odd group": lambda: n.pack_int4_weight(weight, 31, 1),
         "native int8 float input": lambda: n.packed_int8_linear(x.float(), *int8, 64, 32, 1),
@@ -572,7 +573,7 @@ def _bad_calls():
 ERRORS = (
     "ops float weight", "ops layout version", "ops K mismatch", "native float weight", "native 1-D weight",
     "native pack layout version", "native float input", "native layout version", "native K mismatch",
-    "native out_features too large", "native out_features too small", "native unpacked weight", "native 3-D input",
+    "native out_features too large", "native out_features too small", "native unpacked weight", "native 0-d input",
     "native int8 group 0", "native int4 odd group", "native int8 float input", "native int4 int8 qweight",
     "native int4 layout version",
 )

@@ -1,4 +1,4 @@
-"""The policy on generated Hugging Face models (Llama untied, Qwen3 tied)."""
+"""The policy on generated Hugging Face models (Llama untied, Qwen2 tied with biased q/k/v, Qwen3 tied)."""
 
 import json
 
@@ -10,6 +10,7 @@ from sglang_rvv.adapters import TiedLmHeadError
 from sglang_rvv.layout import packed_bytes
 from sglang_rvv.packed_state import BUFFER
 from sglang_rvv.policy import policy_of
+from sglang_rvv.routing import bucket_rows
 from support import assert_bf16_close
 
 PROMPT = torch.tensor([[3, 141, 59, 26, 535]])
@@ -20,7 +21,7 @@ def _logits(model, ids=PROMPT):
         return model(ids).logits
 
 
-@pytest.mark.parametrize("arch,tied", [("llama", False), ("qwen3", True)])
+@pytest.mark.parametrize("arch,tied", [("llama", False), ("qwen2", True), ("qwen3", True)])
 def test_logits_report_tying_and_state_dict(arch, tied):
     model = tiny.build_model(arch, seed=1)
     reference = _logits(model)
@@ -90,3 +91,21 @@ def test_broken_tying_is_refused():
     model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     with pytest.raises(TiedLmHeadError, match="tie_word_embeddings is True"):
         install_rvv_policy(model, RvvPolicyConfig())
+
+
+@pytest.mark.parametrize("rows", [1, 3, 20])  # direct, padded to a small-batch bucket, a prefill bucket
+def test_a_biased_projection_is_packed_and_adds_its_bias(rows):
+    model = tiny.build_model("qwen2", seed=2)
+    q_proj = model.model.layers[0].self_attn.q_proj
+    assert q_proj.bias is not None and q_proj.bias.float().std() > 0.1  # tiny.py draws the biases
+    install_rvv_policy(model, RvvPolicyConfig(regional_compile=False))
+    x = torch.randn(rows, 1024, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = q_proj(x)
+        reference = torch.nn.functional.linear(x.float(), q_proj.weight.float(), q_proj.bias.float())
+    bucket = bucket_rows(rows, small_batch=True, projection="qkv_proj")
+    assert policy_of(model).counters[("qkv_proj", "packed_eager", str(bucket))] == 1
+    assert_bf16_close(out.float(), reference)
+    # the same call again takes the memoised path, which adds the bias too
+    with torch.no_grad():
+        assert torch.equal(q_proj(x), out)

@@ -36,13 +36,14 @@ def test_every_row_count_maps_to_a_bounded_set():
         ("o_proj", (1023, 1024), torch.bfloat16, False, "below the 1024 minimum"),
         ("o_proj", (1024, 1000), torch.bfloat16, False, "below the 1024 minimum"),
         ("o_proj", (1024, 1024), torch.float32, False, "dtype torch.float32"),
-        ("o_proj", (1024, 1024), torch.bfloat16, True, "has a bias"),
+        ("qkv_proj", (1024, 1024), torch.bfloat16, torch.bfloat16, None),  # added after the kernel
+        ("qkv_proj", (1024, 1024), torch.bfloat16, torch.float32, "bias torch.float32 (1024,) on cpu"),
         ("q_norm", (1024, 1024), torch.bfloat16, False, "not one of"),
     ],
 )
 def test_static_gate(projection, shape, dtype, bias, reason):
     weight = torch.empty(shape, dtype=dtype)
-    got = static_gate(projection, weight, torch.empty(shape[0]) if bias else None)
+    got = static_gate(projection, weight, torch.empty(shape[0], dtype=bias) if bias else None)
     if reason is None:
         assert got is None
     else:
