@@ -1,4 +1,4 @@
-"""Which kernel serves a Linear call: buckets, the shape gate, shape keys, the decision.
+"""Which kernel serves a Linear call: buckets, the shape gate, the decision, the per-module route.
 
 Every routed projection call lands in :meth:`ModuleRoute.__call__`. It maps the
 flattened row count M to a bucket and asks :func:`decide` for the route: a
@@ -7,17 +7,16 @@ after), or row-major ``F.linear``, which also serves the buckets where the
 warm-up's measured route table found the packed callable slower (see
 :mod:`sglang_rvv.route_table`). :func:`decide` is pure, so the warm-up asks
 it too, for the keys to compile. The caller counts each call by
-(projection, route, bucket). A bias (Qwen2's and DeepSeek-R1-Distill-Qwen's q/k/v) is
-read live and added in place to the packed callable's output: one bfloat16 rounding more
-than F.linear's, and no bias enters a packed buffer, a shape key or a compiled artifact.
+(projection, route, bucket); what each route runs is :mod:`sglang_rvv.bodies`. A bias
+(Qwen2's and DeepSeek-R1-Distill-Qwen's q/k/v) is read live and added in place to the packed
+callable's output: one bfloat16 rounding more than F.linear's, and no bias enters a packed
+buffer, a shape key or a compiled artifact.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
 import math
-import types
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -26,11 +25,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from . import layout, packed_state
+from . import packed_state
+from .bodies import COMPILED, CompiledCallables, Mode, RegionalShapeKey, eager_body
 from .kernels import chosen
 from .kernels.gate import ShapeGate
-from .ops import packed_bf16_linear, packed_int4_linear, packed_int8_linear
-from .route_table import RouteTable, Shape
+from .route_table import RouteTable
 
 if TYPE_CHECKING:
     from .config import RvvPolicyConfig
@@ -63,13 +62,6 @@ class Status(enum.StrEnum):
     GATE = "gate"                # can never take the packed route (static gate)
     INVALID = "invalid"          # its buffer went stale while eager_repack was off
     ROW_MAJOR_ONLY = "row_major"  # packing off, regional compile on
-
-
-class Mode(enum.StrEnum):
-    """Which operand a compiled callable multiplies by: the packed buffer or the weight itself."""
-
-    EXPLICIT_PACKED = "explicit_packed"
-    ROW_MAJOR = "row_major"
 
 
 def bucket_rows(rows: int, *, small_batch: bool, projection: str) -> int | None:
@@ -121,23 +113,6 @@ def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None
     if out_features < minimum or in_features < minimum:
         return f"gate: [N={out_features}, K={in_features}] below the {minimum} minimum"
     return None
-
-
-class RegionalShapeKey(NamedTuple):
-    dtype: torch.dtype
-    device_type: str
-    projection: str
-    rows: int
-    out_features: int
-    in_features: int
-    mode: Mode
-    layout: str = "bf16"  # the packed layout (row-major keys: bf16), and its group along K (0 for bf16)
-    group: int = 0
-
-    @property
-    def shape(self) -> Shape:
-        """What the route table knows this key by."""
-        return Shape(self.projection, self.rows, self.out_features, self.in_features, self.layout, self.group)
 
 
 class Decision(NamedTuple):
@@ -198,98 +173,6 @@ def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, 
     if mode == Mode.EXPLICIT_PACKED and config.measure_routes and table.sends_row_major(key.shape):
         return Decision(Route.ROW_MAJOR_MEASURED, bucket, key)
     return Decision(route, bucket, key)
-
-
-def _packed_rows(input: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
-    return packed_bf16_linear(input, packed, out_features)
-
-
-def _int8_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out_features: int) -> torch.Tensor:
-    return packed_int8_linear(input, qweight, scales, out_features, input.shape[-1])
-
-
-def _int4_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out_features: int) -> torch.Tensor:
-    return packed_int4_linear(input, qweight, scales, out_features, input.shape[-1])
-
-
-# The compiled body of each packed layout: (rows, *packed tensors, out_features), through the
-# traced custom ops of :mod:`ops`, which Inductor decomposes into the provider's form.
-PACKED_BODIES = {"bf16": _packed_rows, "int8": _int8_rows, "int4": _int4_rows}
-
-
-@functools.cache  # the provider is chosen once per process
-def eager_body(layout_name: str) -> Callable:
-    """The eager body of a packed layout: the chosen provider's kernel itself, called with what
-    ``PACKED_BODIES`` takes, but with an input of any rank ([..., K] in, [..., N] out, as
-    F.linear). The custom op's Python wrapper (a dispatcher round trip and the argument checks)
-    and a reshape on each side cost about as much as the kernel's own entry on the board's
-    in-order core, and an eager call needs none of them: the plan packed the operands for this
-    weight, the decision checked the input (:func:`can_serve`), the native op checks its
-    arguments again and takes the rows as they are (a provider's ``ANY_RANK``). Elsewhere the
-    input is flattened here, and ``.contiguous()`` keeps the op's contract (a generic result may
-    be a view of padded columns)."""
-    provider = chosen()[0]
-    if layout_name == "bf16":
-        def rows(input, packed, out_features):
-            return provider.linear(input, packed, out_features)
-    else:
-        quant = layout.quant_layout(layout_name)
-
-        def rows(input, qweight, scales, out_features):
-            return provider.linear_quantized(input, (qweight, scales), quant, out_features, input.shape[-1])
-
-    if getattr(provider, "ANY_RANK", False):
-        return rows
-
-    def body(input, *operands):
-        if input.dim() == 2:
-            return rows(input, *operands).contiguous()
-        out = rows(input.reshape(-1, input.shape[-1]), *operands).contiguous()
-        return out.reshape(*input.shape[:-1], out.shape[-1])
-
-    return body
-
-
-def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
-    return F.linear(input, weight)
-
-
-def _own_code(template: Callable, name: str) -> Callable:
-    """A copy of ``template`` with a code object of its own.
-
-    Dynamo keeps one cache, with its recompile limit, per code object. Sharing
-    one across keys would make every call walk all keys' guards, and would hit
-    the limit once enough keys (or grad/inference-mode variants) pile up.
-    """
-    code = template.__code__.replace(co_name=name, co_qualname=name)
-    return types.FunctionType(code, template.__globals__, name, template.__defaults__)
-
-
-class CompiledCallables:
-    """One ``torch.compile``d callable per shape key, compiled on its first use."""
-
-    __slots__ = ("_by_key",)
-
-    def __init__(self):
-        self._by_key: dict[RegionalShapeKey, Callable] = {}
-
-    def get(self, key: RegionalShapeKey) -> Callable:
-        fn = self._by_key.get(key)
-        if fn is None:
-            body = PACKED_BODIES[key.layout] if key.mode == Mode.EXPLICIT_PACKED else _row_major_rows
-            name = f"rvv_{key.projection}_m{key.rows}_{key.out_features}x{key.in_features}_{key.mode}"
-            if key.mode == Mode.EXPLICIT_PACKED:
-                name += f"_{key.layout}" + (f"_g{key.group}" if key.group else "")
-            fn = torch.compile(_own_code(body, name), dynamic=False, fullgraph=True)
-            self._by_key[key] = fn
-        return fn
-
-    def keys(self) -> list[RegionalShapeKey]:
-        return list(self._by_key)
-
-
-# Process-wide: a key fully determines the artifact, so models and policies share them.
-COMPILED = CompiledCallables()
 
 
 class Counters(Counter):

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_rvv import RvvPolicyConfig, inductor_cache, install_rvv_policy, route_table, routing, warmup
+from sglang_rvv import RvvPolicyConfig, bodies, inductor_cache, install_rvv_policy, route_table, routing, warmup
 from sglang_rvv.policy import policy_of
 from sglang_rvv.route_table import Entry, RouteTable, Shape
 from sglang_rvv.routing import ROUTE_ATTR
@@ -315,7 +315,7 @@ def test_a_memoised_packed_decision_still_checks_the_source_before_every_use(lla
     (call,) = route.memo.calls.values()
     assert call.counter_key == packed and call.bucket == 4
     # The eager route calls the provider's kernel itself, not the traced custom op's body.
-    assert call.fn is not None and call.fn not in routing.PACKED_BODIES.values()
+    assert call.fn is not None and call.fn not in bodies.PACKED_BODIES.values()
     first_source = route.record.source
 
     with torch.no_grad():

@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from .. import host, routing
+from .. import bodies, host, routing
 from ..adapters import Adapter, install_routed_linear
 from ..config import RvvPolicyConfig
 from ..kernels import rvv
@@ -152,8 +152,8 @@ def _measure(kind: str, n: int, k: int, rows: int, linears, min_time: float) -> 
     weights = [lin.weight for lin in linears]
     packed = [lin._buffers[BUFFER] for lin in linears]
     x = torch.randn(rows, k, dtype=torch.bfloat16)
-    key = routing.RegionalShapeKey(torch.bfloat16, "cpu", kind, rows, n, k, routing.Mode.EXPLICIT_PACKED)
-    compiled = routing.COMPILED.get(key)
+    key = bodies.RegionalShapeKey(torch.bfloat16, "cpu", kind, rows, n, k, bodies.Mode.EXPLICIT_PACKED)
+    compiled = bodies.COMPILED.get(key)
     variants = {
         "linear_us": (lambda w: F.linear(x, w), weights),
         "compiled_us": (lambda p: compiled(x, p, n), packed),

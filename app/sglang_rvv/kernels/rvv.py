@@ -34,7 +34,7 @@ GATE = gate.RVV  # see kernels/gate.py
 LIB_ENV = "SGLANG_RVV_KERNELS_LIB"
 DEFAULT_LIB = Path(__file__).resolve().parent / "lib" / "libsglang_rvv_kernels.so"
 HWCAP_V = 1 << (ord("V") - ord("A"))
-ANY_RANK = True  # the native linear ops take [..., K] inputs and give [..., N] (routing.eager_body)
+ANY_RANK = True  # the native linear ops take [..., K] inputs and give [..., N] (bodies.eager_body)
 
 
 def library_path() -> Path:
