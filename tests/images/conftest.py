@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,26 @@ def amd64_images(podman, build_logs) -> dict[str, str]:
         "model": f"localhost/sglang-rvv:{version}-{model}-{HOST_ARCH}",
         "warm": f"localhost/sglang-rvv:{version}-{model}-warm-{HOST_ARCH}",
     }
+
+
+@pytest.fixture(scope="session")
+def default_model_image(podman, build_logs) -> str:
+    """`make image` with no MODEL: the default model's image (base and runtime shared with the other tests)."""
+    began = time.monotonic()
+    run(["make", "image", f"ARCH={HOST_ARCH}"], timeout=3600, log=build_logs / "make-image-default.log")
+    print(f"make image (default model, conversion included): {time.monotonic() - began:.0f} s")
+    return f"localhost/sglang-rvv:{lock_get('app.version')}-{lock_get('models.default')}-{HOST_ARCH}"
+
+
+@pytest.fixture(scope="session")
+def default_checkpoint(default_model_image, tmp_path_factory) -> Path:
+    """The default model's checkpoint as its image holds it (/models/model), copied out for
+    transformers on this host."""
+    out = tmp_path_factory.mktemp("default-checkpoint")
+    container = subprocess.run(["podman", "create", default_model_image], check=True, capture_output=True,
+                               text=True).stdout.strip()
+    try:
+        subprocess.run(["podman", "cp", f"{container}:/models/model", str(out)], check=True, timeout=300)
+    finally:
+        subprocess.run(["podman", "rm", container], check=True, capture_output=True)
+    return out / "model"

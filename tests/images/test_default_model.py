@@ -49,16 +49,7 @@ QEMU_TIMEOUT = 1800
 
 
 @pytest.fixture(scope="module")
-def model_image(podman, build_logs) -> str:
-    """`make image` with no MODEL: the default model's image (base and runtime shared with the other tests)."""
-    began = time.monotonic()
-    run(["make", "image", f"ARCH={HOST_ARCH}"], timeout=3600, log=build_logs / "make-image-default.log")
-    print(f"make image (default model, conversion included): {time.monotonic() - began:.0f} s")
-    return f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-{HOST_ARCH}"
-
-
-@pytest.fixture(scope="module")
-def both_arches(model_image, build_logs):
+def both_arches(default_model_image, build_logs):
     """The default model's riscv64 appliance under qemu (the K1's vector unit) and its amd64 one,
     both with the flag on (the images' default), started together."""
     reason = emulation_missing("riscv64")
@@ -72,7 +63,7 @@ def both_arches(model_image, build_logs):
                         podman_args=("-e", f"QEMU_CPU={lock_get('arch.riscv64.qemu_cpu')}",
                                      # /health generates a token: as compose.sh gives an emulated arch
                                      "-e", "SGLANG_RVV_HEALTH_TIMEOUT=60", *cache))
-    amd64 = Container(model_image, podman_args=cache)
+    amd64 = Container(default_model_image, podman_args=cache)
     try:
         amd64.wait_healthy(timeout=900)
         riscv64.wait_healthy(timeout=QEMU_TIMEOUT)
@@ -88,9 +79,10 @@ def test_the_default_model_is_a_gguf_conversion():
     assert MODEL == "smollm2-135m-instruct" and lock_get(f"models.{MODEL}.kind") == "gguf"
 
 
-def test_the_image_holds_the_locked_bytes_and_names_their_origin(model_image):
-    labels = json.loads(subprocess.run(["podman", "image", "inspect", "--format", "{{json .Labels}}", model_image],
-                                       check=True, capture_output=True, text=True).stdout)
+def test_the_image_holds_the_locked_bytes_and_names_their_origin(default_model_image):
+    labels = json.loads(subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{json .Labels}}", default_model_image],
+        check=True, capture_output=True, text=True).stdout)
     assert json.loads(labels["io.sglang-rvv.model-sha256"]) == PINNED
     assert labels["io.sglang-rvv.model-name"] == MODEL
     package = f"pypi:{ORIGIN['package']}=={ORIGIN['version']}"
@@ -99,12 +91,13 @@ def test_the_image_holds_the_locked_bytes_and_names_their_origin(model_image):
     assert labels["io.sglang-rvv.model-licence"] == ORIGIN["licence"] == "Apache-2.0"
     assert labels["io.sglang-rvv.model-conversion"] == (
         f"transformers=={CONVERSION['transformers']} gguf=={CONVERSION['gguf']} torch=={CONVERSION['torch']} bfloat16")
-    listing = subprocess.run(["podman", "run", "--rm", "--no-healthcheck", "--entrypoint", "sh", model_image, "-c",
-                              "cd /models/model && sha256sum *"], check=True, capture_output=True, text=True).stdout
+    listing = subprocess.run(["podman", "run", "--rm", "--no-healthcheck", "--entrypoint", "sh", default_model_image,
+                              "-c", "cd /models/model && sha256sum *"], check=True, capture_output=True,
+                             text=True).stdout
     assert dict(line.split()[::-1] for line in listing.splitlines()) == PINNED
 
 
-def test_make_up_serves_it_by_name_and_the_chat_answer_names_paris(model_image, build_logs):
+def test_make_up_serves_it_by_name_and_the_chat_answer_names_paris(default_model_image, build_logs):
     import openai
 
     port = free_port()
@@ -125,7 +118,7 @@ def test_make_up_serves_it_by_name_and_the_chat_answer_names_paris(model_image, 
         run(["make", "down"], timeout=300)
 
 
-def test_the_fused_kernels_keep_its_greedy_answer(model_image, tmp_path):
+def test_the_fused_kernels_keep_its_greedy_answer(default_checkpoint):
     """The fused RMSNorm, SiLU x mul, rotary and decode attention kernels on the real model give the same greedy
     tokens as transformers' own ops. Their scalar twins built for this host run here: bit for bit
     the RVV kernels (tests/images/test_rvv_kernels.py holds them to it under qemu at every VLEN)."""
@@ -137,14 +130,8 @@ def test_the_fused_kernels_keep_its_greedy_answer(model_image, tmp_path):
 
     if not hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
         torch.ops.load_library(str(host_kernels.build()))
-    container = subprocess.run(["podman", "create", model_image], check=True, capture_output=True,
-                               text=True).stdout.strip()
-    try:
-        subprocess.run(["podman", "cp", f"{container}:/models/model", str(tmp_path)], check=True, timeout=300)
-    finally:
-        subprocess.run(["podman", "rm", container], check=True, capture_output=True)
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.bfloat16).eval()
+    tokenizer = AutoTokenizer.from_pretrained(default_checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(default_checkpoint, dtype=torch.bfloat16).eval()
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
                                            add_generation_prompt=True, return_tensors="pt", return_dict=True)
 
