@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..kernels import gate
 from . import counts, guest, rootfs
 from .tool import CACHE, Tool, ToolError, lock
 
@@ -81,7 +82,8 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
     if proc.returncode == guest.EXIT_LAYOUT_MISSING:
         raise LayoutMissing(f"{work.label}: {last}")
     if proc.returncode == guest.EXIT_NOT_COVERED:
-        raise NotCovered(f"{work.label}: {last}; choose a shape with N, K >= 1024")
+        raise NotCovered(f"{work.label}: {last}; choose a shape whose projections have N, K >= "
+                         f"{gate.RVV.min_features} (the rvv shape gate, kernels/gate.py)")
     if proc.returncode or not result.is_file():
         raise ToolError(f"{work.label}: the counted guest failed (exit {proc.returncode}): {last}")
     out = json.loads(result.read_text())
