@@ -17,7 +17,7 @@ from . import model, rootfs, run, tool
 
 RESULT = "board-model.json"
 SCHEMA = 1
-BENCH_SHAPES = ("qwen3-0.6b", "llama-3.2-1b", "deepseek-r1-distill-qwen-1.5b")
+BENCH_SHAPES = ("qwen3-0.6b", "llama-3.2-1b", "deepseek-r1-distill-qwen-1.5b", "smollm2-135m-instruct")
 PER_TOKEN = "decode2"  # the second decode step: the first may still pay lazy first-call costs
 
 
