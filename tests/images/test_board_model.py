@@ -126,6 +126,23 @@ def test_instructions_per_decode_token_per_component_stay_within_the_baseline(me
     assert not failures, "instructions per decode token grew (tiny model, VLEN 256):\n" + "\n".join(failures)
 
 
+# The target for the policy's own cost, on the eager route: what a projection call
+# executes outside the kernel library. A target, printed; the gate holds the baseline.
+CALL_TARGET = 10_000
+
+
+def test_a_projection_call_costs_no_more_than_the_baseline_around_its_kernel(measured):
+    calls = measured["bf16"]["per_call"]
+    projection, op = (baseline.outside_kernel(calls, route) for route in ("projection", "op"))
+    print(f"one o_proj call (M=1, eager packed route), instructions outside the kernel library: {projection:,} "
+          f"through the module ({calls['projection']}), {op:,} through the bare native op ({calls['op']}); "
+          f"the kernel's own {calls['kernel']:,}; target {CALL_TARGET:,}")
+    # The module's call is the op's call and more: what is left is the policy's own per-call work.
+    assert calls["kernel"] > 0 and projection > op > 0
+    failure = baseline.compare_call(checked_in(), measured["bf16"])
+    assert failure is None, failure
+
+
 # Each layout is one more counted process (about 2.5 min under qemu on this machine kind); CI's
 # 90 minutes hold the bf16 one, which the instruction gate counts anyway. `make board-gate` checks
 # every layout of layout.WEIGHT_DTYPES against the baseline (SGLANG_RVV_GATE_LAYOUTS=all).

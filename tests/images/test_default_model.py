@@ -48,22 +48,35 @@ CROSS_ARCH_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Water bo
 QEMU_TIMEOUT = 1800
 
 
+CACHE_VOLUME = ("-v", "/var/cache/sglang-rvv/inductor")
+
+
 @pytest.fixture(scope="module")
-def both_arches(default_model_image, build_logs):
-    """The default model's riscv64 appliance under qemu (the K1's vector unit) and its amd64 one,
-    both with the flag on (the images' default), started together."""
+def riscv64_image(podman, build_logs) -> str:
+    """`make image ARCH=riscv64`: the default model's riscv64 image (its checkpoint is the amd64 one's)."""
     reason = emulation_missing("riscv64")
     if reason:
         pytest.skip(reason)
     build_emulated("riscv64", ("build-base.sh", "build-runtime.sh"), build_logs, timeout=3600)
     run(["make", "image", "ARCH=riscv64"], timeout=3600, log=build_logs / "make-image-default-riscv64.log")
-    cache = ("-v", "/var/cache/sglang-rvv/inductor")
+    return f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-riscv64"
+
+
+def riscv64_container(image: str, *env: str) -> Container:
+    """The riscv64 appliance under qemu with the K1's vector unit; ENV: more -e NAME=VALUE."""
+    return Container(image, podman_args=("-e", f"QEMU_CPU={lock_get('arch.riscv64.qemu_cpu')}",
+                                         # /health generates a token: as compose.sh gives an emulated arch
+                                         "-e", "SGLANG_RVV_HEALTH_TIMEOUT=60",
+                                         *(arg for pair in env for arg in ("-e", pair)), *CACHE_VOLUME))
+
+
+@pytest.fixture(scope="module")
+def both_arches(riscv64_image, default_model_image):
+    """The default model's riscv64 appliance under qemu and its amd64 one, both with the flag on
+    (the images' default), started together."""
     began = time.monotonic()
-    riscv64 = Container(f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-riscv64",
-                        podman_args=("-e", f"QEMU_CPU={lock_get('arch.riscv64.qemu_cpu')}",
-                                     # /health generates a token: as compose.sh gives an emulated arch
-                                     "-e", "SGLANG_RVV_HEALTH_TIMEOUT=60", *cache))
-    amd64 = Container(default_model_image, podman_args=cache)
+    riscv64 = riscv64_container(riscv64_image)
+    amd64 = Container(default_model_image, podman_args=CACHE_VOLUME)
     try:
         amd64.wait_healthy(timeout=900)
         riscv64.wait_healthy(timeout=QEMU_TIMEOUT)
@@ -181,6 +194,35 @@ def test_riscv64_metrics_show_the_rvv_provider_and_five_packed_projections(both_
     assert len(info) == 1 and 'provider="rvv"' in info[0], info
     report = json.loads(container.exec("cat", REPORT.format(key=lock_get("arch.riscv64.inductor_cache_key"))))
     assert report["provider"] == "rvv" and report["skipped"] == {}, report.get("skipped")
+
+
+def test_riscv64_serves_it_with_int4_weights_and_still_names_paris(riscv64_image, both_arches):
+    """WEIGHT_DTYPE=int4 on the board's appliance: every projection quantized at load to int4
+    (G = 32) and lm_head to int8, served by SGLang with the RVV kernels, and the real model still
+    answers (tests/images/test_default_model_accuracy.py measures what int4 costs it). Started
+    after the bf16 appliances are up, so the two qemu starts do not share the cores."""
+    began = time.monotonic()
+    container = riscv64_container(riscv64_image, "SGLANG_RVV_WEIGHT_DTYPE=int4")
+    try:
+        container.wait_healthy(timeout=QEMU_TIMEOUT)
+        print(f"riscv64 {MODEL} int4: healthy {time.monotonic() - began:.0f} s after start (qemu; not a speed)")
+        server = SGLangServer(MODEL, port=container.port, log_path="-")
+        chat = server.post("/v1/chat/completions", {
+            "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 12, "temperature": 0}, timeout=QEMU_TIMEOUT)
+        answer = chat["choices"][0]["message"]["content"]
+        print(f"riscv64 int4 chat answer: {answer!r}")
+        assert "Paris" in answer
+        report = json.loads(container.exec("cat", REPORT.format(key=lock_get("arch.riscv64.inductor_cache_key"))))
+        assert report["provider"] == "rvv" and report["skipped"] == {} and report["layout_fallbacks"] == {}, \
+            (report.get("skipped"), report.get("layout_fallbacks"))
+        streamed = {line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+                    for line in server.get("/metrics").splitlines() if line.startswith("sglang_rvv_projection_bytes{")}
+        by_layout = {label for label, size in streamed.items() if size > 0}
+        want = {f'layout="{"int8" if p == "lm_head" else "int4"}",projection="{p}"' for p in PROJECTIONS}
+        assert by_layout == want, streamed
+    finally:
+        container.remove()
 
 
 def _model_sh(build_dir: Path, lock: Path | None = None) -> subprocess.CompletedProcess:

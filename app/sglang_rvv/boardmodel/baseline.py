@@ -25,7 +25,11 @@ PLACEHOLDER = "UNREVIEWED: replace with the reviewed reason these counts changed
 RELATIVE = 0.02
 ABSOLUTE = 20_000
 LOADS_RELATIVE = 0.001  # vector loads per weight byte: the kernel reads each packed byte once
-GATED = run.Workload("tiny", policy=True, weight_dtype="bf16", prompt_len=4, decode_steps=2)
+# A projection call's instructions outside the kernel library: an increase above
+# max(RELATIVE x baseline, CALL_ABSOLUTE) fails.
+CALL_ABSOLUTE = 500
+CALLS = 64
+GATED = run.Workload("tiny", policy=True, weight_dtype="bf16", prompt_len=4, decode_steps=2, calls=CALLS)
 
 
 def measure(counter: tool.Tool, root, work: run.Workload, scratch) -> dict:
@@ -35,7 +39,24 @@ def measure(counter: tool.Tool, root, work: run.Workload, scratch) -> dict:
     return {"insns": {name: step[name]["insns"] for name in COMPONENT_NAMES},
             "kernel_loads_per_weight_byte": kernel["vec_loads"] / result["packed_bytes"],
             "kernel_load_bytes_per_weight_byte": kernel["vec_load_bytes"] / result["packed_bytes"],
+            "per_call": per_call(result, work.calls) if work.calls else None,
             "emulated_seconds": result["emulated_seconds"]}
+
+
+def per_call(result: dict, calls: int) -> dict:
+    """Instructions per projection call (M=1, eager packed route) outside the kernel library, per
+    component, through the module (``projection``) and through its bare native op (``op``: torch's
+    dispatcher and the op's entry); ``kernel`` is the library's own, the same in both."""
+    out = {}
+    for name, phase in (("projection", "projection_calls"), ("op", "op_calls")):
+        components = result["phases"][phase]["components"]
+        out[name] = {c: round(components[c]["insns"] / calls) for c in COMPONENT_NAMES if c != "kernel"}
+    out["kernel"] = round(result["phases"]["projection_calls"]["components"]["kernel"]["insns"] / calls)
+    return out
+
+
+def outside_kernel(calls: dict, route: str) -> int:
+    return sum(calls[route].values())
 
 
 def compare_insns(baseline: dict, measured: dict) -> list[str]:
@@ -49,6 +70,19 @@ def compare_insns(baseline: dict, measured: dict) -> list[str]:
                        f"(+{now - base:,}, +{(now - base) / max(base, 1):.1%}; tolerance "
                        f"{allowed:,.0f})")
     return out
+
+
+def compare_call(baseline: dict, measured: dict) -> str | None:
+    """Why a projection call's instructions outside the kernel library grew past the tolerance, or None."""
+    if "per_call" not in baseline:
+        return "the baseline has no per_call counts: run `python -m sglang_rvv.boardmodel.baseline` and state why"
+    base, now = (outside_kernel(counts, "projection") for counts in (baseline["per_call"], measured["per_call"]))
+    allowed = max(RELATIVE * base, CALL_ABSOLUTE)
+    if now - base > allowed:
+        return (f"a projection call: {now:,} instructions outside the kernel library, baseline {base:,} "
+                f"(+{now - base:,}; tolerance {allowed:,.0f}); per component now "
+                f"{measured['per_call']['projection']}, baseline {baseline['per_call']['projection']}")
+    return None
 
 
 def compare_loads(baseline: dict, layout: str, per_byte: float) -> str | None:
@@ -89,9 +123,10 @@ def main(argv=None) -> int:
         return 2
     write_json(args.path, {
         "reason": PLACEHOLDER, "workload": "tiny model (sglang_rvv.tiny), policy on, second decode "
-        "step at M=1 after a 4-token prefill, 1 thread, VLEN 256",
+        f"step at M=1 after a 4-token prefill, 1 thread, VLEN 256; then {CALLS} calls of its first "
+        f"o_proj at M=1 through the module, and {CALLS} of its native op",
         "qemu_cpu": counter.qemu_cpu, "plugin_source_sha256": tool.sha256(tool.SOURCE),
-        "insns": measured["insns"], "kernel_loads_per_weight_byte": loads})
+        "insns": measured["insns"], "per_call": measured["per_call"], "kernel_loads_per_weight_byte": loads})
     print(args.path)
     return 0
 

@@ -5,7 +5,10 @@ the image's sglang_rvv only.
 It builds a transformers causal LM with seeded random BF16 weights at the requested shape, installs
 the policy (or not), runs a prefill and then decode steps at M=1, and writes a mark between phases
 (a write(2) to count.c's MARK_FD, whose length is the mark number): mark 1 before the prefill,
-2 after it, then one after every decode step. It then writes a JSON result with the guest's
+2 after it, then one after every decode step. With ``calls`` (policy on, bf16) it then calls one
+packed projection (the first o_proj, M=1) that many times through the module, as the model does,
+and then its native op as many times with the same operands, a mark after each loop: what a
+projection call costs around its kernel. It then writes a JSON result with the guest's
 /proc/self/maps, which attributes the counts.
 
 Argument: one JSON object (see run.Workload.argv).
@@ -44,6 +47,30 @@ def answer_find_library_from_rootfs():
         return None
 
     ctypes.util.find_library = find_library
+
+
+def call_projection(model, report, calls, first_mark, generator):
+    """Marks first_mark, +1 after ``calls`` module calls of the first packed o_proj at M=1, +2
+    after as many calls of its native bf16 op on the module's own packed buffer."""
+    import torch
+
+    from sglang_rvv.packed_state import BUFFER
+
+    name = next(n for n in report.packed if n.endswith("o_proj"))
+    module = model.get_submodule(name)
+    x = torch.randn(1, 1, module.in_features, generator=generator).to(torch.bfloat16)
+    packed, out_features = module._buffers[BUFFER], module.out_features
+    op = torch.ops.sglang_rvv_native.packed_bf16_linear
+    with torch.inference_mode():
+        module(x)  # the first call decides the route and memoises it, as a model's first token does
+        op(x, packed, out_features, 1)
+        mark(first_mark)
+        for _ in range(calls):
+            module(x)
+        mark(first_mark + 1)
+        for _ in range(calls):
+            op(x, packed, out_features, 1)
+        mark(first_mark + 2)
 
 
 def main(spec):
@@ -89,6 +116,8 @@ def main(spec):
             token = out.logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(int(token))
             mark(3 + step)
+    if spec.get("calls") and report is not None:
+        call_projection(model, report, spec["calls"], 3 + spec["decode_steps"], generator)
     with open("/proc/self/maps") as f:
         maps = f.read()
     # The BF16 bytes the packed projections replaced: what the model subtracts from a row-major

@@ -34,6 +34,12 @@ class Workload:
     prompt_len: int = 4
     decode_steps: int = 2
     seed: int = 0
+    calls: int = 0            # then this many projection calls, and as many of its bare op (bf16 only)
+
+    def __post_init__(self):
+        if self.calls and not (self.policy and self.weight_dtype == "bf16"):
+            raise ToolError(f"{self.label}: projection calls are counted on the bf16 packed route only "
+                            "(policy on, weight_dtype bf16)")
 
     @property
     def label(self) -> str:
@@ -71,7 +77,7 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
     result.unlink(missing_ok=True)
     spec = {"shape": shape(work.name), "policy": work.policy, "weight_dtype": work.weight_dtype,
             "prompt_len": work.prompt_len, "decode_steps": work.decode_steps, "seed": work.seed,
-            "result": str(result)}
+            "calls": work.calls, "result": str(result)}
     python = python or root / rootfs.VENV / "bin" / "python"
     began = time.monotonic()
     proc = subprocess.run([str(tool.qemu), "-L", str(root), "-cpu", tool.qemu_cpu,
@@ -88,7 +94,8 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
         raise ToolError(f"{work.label}: the counted guest failed (exit {proc.returncode}): {last}")
     out = json.loads(result.read_text())
     tables = counts.parse_tables(table.read_text(), counts.Maps.parse(out["maps"]))
-    marks = [str(n) for n in range(1, 3 + work.decode_steps)]
+    last_mark = 2 + work.decode_steps + (3 if work.calls else 0)
+    marks = [str(n) for n in range(1, last_mark + 1)]
     missing = [m for m in marks if m not in tables]
     if missing:
         raise ToolError(f"{work.label}: the count table has no mark {', '.join(missing)}: the plugin "
@@ -96,6 +103,10 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
     phases = {"prefill": tables["2"].minus(tables["1"])}
     for step in range(work.decode_steps):
         phases[f"decode{step + 1}"] = tables[str(3 + step)].minus(tables[str(2 + step)])
+    if work.calls:  # work.calls of each, not per call: instruction counts are integers
+        first = 3 + work.decode_steps
+        phases["projection_calls"] = tables[str(first + 1)].minus(tables[str(first)])
+        phases["op_calls"] = tables[str(first + 2)].minus(tables[str(first + 1)])
     return {"workload": asdict(work), "label": work.label, "shape": spec["shape"],
             "emulated_seconds": seconds, "tokens": out["tokens"], "guest_torch": out["torch"],
             "packed_bytes": (out["report"] or {}).get("packed_bytes", 0),
