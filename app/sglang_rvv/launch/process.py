@@ -109,6 +109,9 @@ class SGLangServer(ServerClient):
         cpus: Sequence[int] = (),
     ):
         self.model_path = str(model_path)
+        # A port picked here may be taken by the time the server starts (another server's
+        # SGLang picks its internal ports at random while it starts): launch() then picks again.
+        self._port_is_ours = port is None
         self.port = port or free_port()
         self.base_url = f"http://{HOST}:{self.port}"
         self.startup_timeout = startup_timeout
@@ -146,7 +149,9 @@ class SGLangServer(ServerClient):
         if self.process is not None:
             raise ServerError("server already started")
         if not _port_is_free(self.port):  # else /health could answer from whoever holds it
-            raise ServerError(f"port {self.port} on {HOST} is in use")
+            if not self._port_is_ours:
+                raise ServerError(f"port {self.port} on {HOST} is in use")
+            self._move_to(free_port())
         self._began = time.monotonic()
         if self.log_path is None:
             self.process = subprocess.Popen(
@@ -161,6 +166,10 @@ class SGLangServer(ServerClient):
                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent_hook(),
                 )
         return self
+
+    def _move_to(self, port: int) -> None:
+        self.command[self.command.index("--port") + 1] = str(port)
+        self.port, self.base_url = port, f"http://{HOST}:{port}"
 
     def wait_ready(self) -> SGLangServer:
         """Wait until a launched server answers ``GET /health`` (stopped, and an error, if it does not)."""
