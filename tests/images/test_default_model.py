@@ -1,9 +1,7 @@
 """The default model, SmolLM2-135M-Instruct: converted offline from its pinned PyPI wheel to the
 lock's bytes, baked into the amd64 model image with its origin in the labels, served by `make up`
 under its own name, and it answers the capital question, with the same greedy tokens whether the
-fused kernels run or not. Under qemu the riscv64 appliance, with the project's RVV kernels, gives
-the amd64 appliance's greedy tokens on these weights, which nobody here made. model.sh's refusals
-for its inputs.
+fused kernels run or not. model.sh's refusals for its inputs.
 
 Files that differ from the lock after a conversion take model.sh's one verify-then-install step,
 shared by every model kind: test_model_source.py proves that nothing is installed then, without
@@ -20,72 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from image_support import (
-    HOST_ARCH,
-    REPO,
-    REPORT,
-    Container,
-    build_emulated,
-    emulation_missing,
-    free_port,
-    lock_get,
-    run,
-)
-
-from sglang_rvv.bench.serving import linear_calls
-from sglang_rvv.launch.process import SGLangServer
-from sglang_rvv.routing import PROJECTIONS
-from support import assert_same_greedy, generate_greedy
+from image_support import HOST_ARCH, REPO, free_port, lock_get, run
 
 MODEL = lock_get("models.default")
 ORIGIN = json.loads(lock_get(f"models.{MODEL}.origin"))
 CONVERSION = json.loads(lock_get(f"models.{MODEL}.conversion"))
 PINNED = json.loads(lock_get(f"models.{MODEL}.sha256"))
-# Greedy tokens compared between the architectures, per prompt. Under qemu on a loaded machine,
-# 16 SmolLM2 tokens took the riscv64 appliance 60 s (CI planning only, never a speed).
-CROSS_ARCH_TOKENS = 16
-CROSS_ARCH_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
-QEMU_TIMEOUT = 1800
-
-
-CACHE_VOLUME = ("-v", "/var/cache/sglang-rvv/inductor")
-
-
-@pytest.fixture(scope="module")
-def riscv64_image(podman, build_logs) -> str:
-    """`make image ARCH=riscv64`: the default model's riscv64 image (its checkpoint is the amd64 one's)."""
-    reason = emulation_missing("riscv64")
-    if reason:
-        pytest.skip(reason)
-    build_emulated("riscv64", ("build-base.sh", "build-runtime.sh"), build_logs, timeout=3600)
-    run(["make", "image", "ARCH=riscv64"], timeout=3600, log=build_logs / "make-image-default-riscv64.log")
-    return f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-riscv64"
-
-
-def riscv64_container(image: str, *env: str) -> Container:
-    """The riscv64 appliance under qemu with the K1's vector unit; ENV: more -e NAME=VALUE."""
-    return Container(image, podman_args=("-e", f"QEMU_CPU={lock_get('arch.riscv64.qemu_cpu')}",
-                                         # /health generates a token: as compose.sh gives an emulated arch
-                                         "-e", "SGLANG_RVV_HEALTH_TIMEOUT=60",
-                                         *(arg for pair in env for arg in ("-e", pair)), *CACHE_VOLUME))
-
-
-@pytest.fixture(scope="module")
-def both_arches(riscv64_image, default_model_image):
-    """The default model's riscv64 appliance under qemu and its amd64 one, both with the flag on
-    (the images' default), started together."""
-    began = time.monotonic()
-    riscv64 = riscv64_container(riscv64_image)
-    amd64 = Container(default_model_image, podman_args=CACHE_VOLUME)
-    try:
-        amd64.wait_healthy(timeout=900)
-        riscv64.wait_healthy(timeout=QEMU_TIMEOUT)
-        print(f"riscv64 {MODEL}: healthy {time.monotonic() - began:.0f} s after start (qemu; not a speed)")
-        yield (riscv64, SGLangServer(MODEL, port=riscv64.port, log_path="-"),
-               SGLangServer(MODEL, port=amd64.port, log_path="-"))
-    finally:
-        riscv64.remove()
-        amd64.remove()
 
 
 def test_the_default_model_is_a_gguf_conversion():
@@ -162,67 +100,6 @@ def test_the_fused_kernels_keep_its_greedy_answer(default_checkpoint):
     print(f"greedy answer with the fused kernels: {answer!r}")
     assert with_kernels == as_built
     assert "Paris" in answer
-
-
-def test_riscv64_gives_amd64s_greedy_tokens(both_arches):
-    _, riscv64, amd64 = both_arches
-    for prompt in CROSS_ARCH_PROMPTS:
-        began = time.monotonic()
-        got = generate_greedy(riscv64, prompt, CROSS_ARCH_TOKENS, timeout=QEMU_TIMEOUT)
-        print(f"riscv64: {CROSS_ARCH_TOKENS} greedy tokens of {prompt!r} in {time.monotonic() - began:.0f} s "
-              "(qemu; not a speed)")
-        assert_same_greedy(got, generate_greedy(amd64, prompt, CROSS_ARCH_TOKENS), CROSS_ARCH_TOKENS)
-
-
-def test_riscv64_chat_names_paris(both_arches):
-    _, riscv64, _ = both_arches
-    chat = riscv64.post("/v1/chat/completions", {
-        "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 16, "temperature": 0}, timeout=QEMU_TIMEOUT)
-    answer = chat["choices"][0]["message"]["content"]
-    print(f"riscv64 chat answer: {answer!r}")
-    assert "Paris" in answer
-
-
-def test_riscv64_metrics_show_the_rvv_provider_and_five_packed_projections(both_arches):
-    container, riscv64, _ = both_arches
-    riscv64.completion("Hello", max_tokens=2, timeout=QEMU_TIMEOUT)
-    calls = linear_calls(riscv64)
-    packed = {key.split("/")[0] for key, count in calls.items() if key.split("/")[1].startswith("packed_") and count}
-    assert packed == set(PROJECTIONS), calls
-    info = [line for line in riscv64.get("/metrics").splitlines() if line.startswith("sglang_rvv_info{")]
-    assert len(info) == 1 and 'provider="rvv"' in info[0], info
-    report = json.loads(container.exec("cat", REPORT.format(key=lock_get("arch.riscv64.inductor_cache_key"))))
-    assert report["provider"] == "rvv" and report["skipped"] == {}, report.get("skipped")
-
-
-def test_riscv64_serves_it_with_int4_weights_and_still_names_paris(riscv64_image, both_arches):
-    """WEIGHT_DTYPE=int4 on the board's appliance: every projection quantized at load to int4
-    (G = 32) and lm_head to int8, served by SGLang with the RVV kernels, and the real model still
-    answers (tests/images/test_default_model_accuracy.py measures what int4 costs it). Started
-    after the bf16 appliances are up, so the two qemu starts do not share the cores."""
-    began = time.monotonic()
-    container = riscv64_container(riscv64_image, "SGLANG_RVV_WEIGHT_DTYPE=int4")
-    try:
-        container.wait_healthy(timeout=QEMU_TIMEOUT)
-        print(f"riscv64 {MODEL} int4: healthy {time.monotonic() - began:.0f} s after start (qemu; not a speed)")
-        server = SGLangServer(MODEL, port=container.port, log_path="-")
-        chat = server.post("/v1/chat/completions", {
-            "model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-            "max_tokens": 12, "temperature": 0}, timeout=QEMU_TIMEOUT)
-        answer = chat["choices"][0]["message"]["content"]
-        print(f"riscv64 int4 chat answer: {answer!r}")
-        assert "Paris" in answer
-        report = json.loads(container.exec("cat", REPORT.format(key=lock_get("arch.riscv64.inductor_cache_key"))))
-        assert report["provider"] == "rvv" and report["skipped"] == {} and report["layout_fallbacks"] == {}, \
-            (report.get("skipped"), report.get("layout_fallbacks"))
-        streamed = {line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
-                    for line in server.get("/metrics").splitlines() if line.startswith("sglang_rvv_projection_bytes{")}
-        by_layout = {label for label, size in streamed.items() if size > 0}
-        want = {f'layout="{"int8" if p == "lm_head" else "int4"}",projection="{p}"' for p in PROJECTIONS}
-        assert by_layout == want, streamed
-    finally:
-        container.remove()
 
 
 def _model_sh(build_dir: Path, lock: Path | None = None) -> subprocess.CompletedProcess:
