@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 # The app's own metric (the riscv64 smoke judges with it too), re-exported for the tests.
 from sglang_rvv.smoke.comparison import MIN_SQNR_DB, sqnr_db
 
-__all__ = ["MIN_SQNR_DB", "PROMPTS", "assert_bf16_close", "assert_same_greedy", "generate_greedy", "rss_bytes",
-           "assert_whole_weights", "same_greedy", "sqnr_db"]
+__all__ = ["MIN_SQNR_DB", "PROMPTS", "assert_bf16_close", "assert_layout_floors", "assert_same_greedy",
+           "generate_greedy", "rss_bytes", "assert_whole_weights", "same_greedy", "sqnr_db"]
 
 GREEDY_TOKENS = 8
 # The greedy prompts the flag-on vs flag-off comparisons use.
@@ -46,18 +48,31 @@ def packed_keys(policy) -> set[tuple[str, int, int, int, str, int]]:
     return keys
 
 
-def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS,
-                    timeout: float = 120) -> list[tuple[int, float, dict[int, float]]]:
+def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS) -> list[tuple[int, float, dict[int, float]]]:
     """Greedy tokens from SGLang's /generate, with their logprob and the top-5 alternatives per step."""
     reply = server.post("/generate", {
         "text": prompt, "return_logprob": True, "top_logprobs_num": 5,
         "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
-    }, timeout=timeout)
+    })
     meta = reply["meta_info"]
     steps = []
     for (logprob, token, _), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True):
         steps.append((token, logprob, {t: lp for lp, t, _ in top}))
     return steps
+
+
+def assert_layout_floors(results: list, floors: dict[str, tuple[float, float, float]]) -> None:
+    """Each layout's accuracy.Accuracy at least its floor (min logits SQNR dB, min greedy agreement,
+    max perplexity ratio to bf16 row-major), and the layouts in the order of their bits."""
+    print("\n".join(r.summary() for r in results))
+    for result in results:
+        min_db, min_agreement, max_ratio = floors[result.weight_dtype]
+        assert result.logits_sqnr_db >= min_db, result.summary()
+        assert result.greedy_agreement >= min_agreement, result.summary()
+        assert math.isfinite(result.perplexity) and result.perplexity <= max_ratio * result.reference_perplexity, \
+            result.summary()
+    by_layout = {r.weight_dtype: r.logits_sqnr_db for r in results}
+    assert by_layout["bf16"] > by_layout["int8"] > by_layout["int4"]
 
 
 def assert_same_greedy(on: list, off: list, tokens: int = GREEDY_TOKENS) -> None:

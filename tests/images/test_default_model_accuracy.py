@@ -25,13 +25,12 @@ below what was measured.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from sglang_rvv import RvvPolicyConfig, accuracy, install_rvv_policy
 from sglang_rvv.kernels import chosen, gate
+from support import assert_layout_floors
 
 FLOORS = {  # layout: (min logits SQNR dB, min greedy agreement, max perplexity ratio to bf16 row-major)
     "bf16": (30.0, 0.8, 1.02),
@@ -55,15 +54,7 @@ def test_each_layout_keeps_its_floor_on_the_real_model(smollm2):
     model, tokenizer = smollm2
     results = accuracy.measure(model, list(FLOORS), prompts=accuracy.PROMPTS[:2], text_windows=1,
                                tokenize=lambda text: tokenizer.encode(text, add_special_tokens=False))
-    print("\n".join(r.summary() for r in results))
-    for result in results:
-        min_db, min_agreement, max_ratio = FLOORS[result.weight_dtype]
-        assert result.logits_sqnr_db >= min_db, result.summary()
-        assert result.greedy_agreement >= min_agreement, result.summary()
-        assert math.isfinite(result.perplexity) and result.perplexity <= max_ratio * result.reference_perplexity, \
-            result.summary()
-    by_layout = {r.weight_dtype: r.logits_sqnr_db for r in results}
-    assert by_layout["bf16"] > by_layout["int8"] > by_layout["int4"]
+    assert_layout_floors(results, FLOORS)
 
 
 @pytest.mark.parametrize("weight_dtype", ["int8", "int4"])

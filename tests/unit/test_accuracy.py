@@ -13,11 +13,10 @@ layout; they do not say what int4 costs a trained model (run accuracy.measure on
 checkpoint, with its tokenizer, for that).
 """
 
-import math
-
 import pytest
 
 from sglang_rvv import accuracy, tiny
+from support import assert_layout_floors
 
 FLOORS = {  # layout: (min logits SQNR dB, min greedy agreement, max perplexity ratio to bf16)
     "bf16": (40.0, 0.9, 1.001),
@@ -31,16 +30,7 @@ def test_each_layout_keeps_its_floor(arch):
     model = tiny.build_model(arch, seed=0)
     results = accuracy.measure(model, list(FLOORS), prompts=accuracy.PROMPTS[:2], text_windows=1,
                                tokenize=lambda text: accuracy.byte_tokens(text, model.config.vocab_size))
-    print("\n".join(r.summary() for r in results))
-    for result in results:
-        min_db, min_agreement, max_ratio = FLOORS[result.weight_dtype]
-        assert result.logits_sqnr_db >= min_db, result.summary()
-        assert result.greedy_agreement >= min_agreement, result.summary()
-        assert math.isfinite(result.perplexity) and result.perplexity <= max_ratio * result.reference_perplexity, \
-            result.summary()
-    # The layouts order as their bits do.
-    by_layout = {r.weight_dtype: r.logits_sqnr_db for r in results}
-    assert by_layout["bf16"] > by_layout["int8"] > by_layout["int4"]
+    assert_layout_floors(results, FLOORS)
 
 
 def test_byte_tokens_need_a_byte_vocabulary():
