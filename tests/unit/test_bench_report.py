@@ -57,13 +57,15 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
              packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
              slow_m16=True, route_table=True, kernel=True, hf_off=10.0, hf_on=13.0, hf_equal=True,
              hf=True, cell_read_us=None, linear_again=None, provenance=PROVENANCE, kernel_facts=None,
-             kernel_threads=None, layouts=None, hf_layouts=None) -> Path:
+             kernel_threads=None, layouts=None, layout_cpus=None, hf_layouts=None) -> Path:
     """A complete run directory whose derived numbers are known in advance.
 
     ``kernel_threads`` ({thread count: speed-up}, every kernel time divided by it) writes the kernel
     record as ``linear --threads`` does, with ``kernel_facts``; ``None`` writes one from before that
     (no thread count, the provider only). ``layouts`` (the rows ``bench layouts`` measured) writes
-    a layouts step, its ratios derived as that command derives them. ``hf_layouts`` ({quantized
+    a layouts step, its ratios derived as that command derives them: from before ``--threads`` (one
+    run, no CPU mask), or with ``layout_cpus`` ({thread count: its CPU mask}) one run per count, as
+    ``layouts --threads`` writes it, the same rows in each. ``hf_layouts`` ({quantized
     layout: decode tok/s}) adds those layouts' HF generate modes, each generating row-major's ids
     but the last.
     """
@@ -131,8 +133,13 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
     if layouts is not None:
         from sglang_rvv.bench.layouts import with_ratios
 
-        results.write_result(run_dir, "layouts", "linear", provenance, None, provider="generic", threads=2,
-                             results=with_ratios(layouts))
+        if layout_cpus is None:
+            results.write_result(run_dir, "layouts", "linear", provenance, None, provider="generic", threads=2,
+                                 results=with_ratios(layouts))
+        else:
+            runs = [{"threads": count, "cpus": cpus, "results": with_ratios([dict(row) for row in layouts])}
+                    for count, cpus in layout_cpus.items()]
+            results.write_result(run_dir, "layouts", "linear", provenance, None, provider="rvv", runs=runs)
     if hf:
         # prefill 0.5 s (128 tok/s); the 7 decode steps at the mode's rate, ± 10 % around the median repetition
         modes = {mode: {"prefill_s": [0.5] * 3, "full_s": [0.5 + 7 / (rate * f) for f in (0.9, 1.0, 1.1)],
@@ -433,6 +440,18 @@ def test_layouts_per_layout_bytes_per_token_ratios_and_the_bandwidth_target(tmp_
         in section
     assert "| int4 | not available: packed as bf16 |" in section
     assert "| o_proj | 2048x2048 | int4 | 1 | not available: packed as bf16 |" in section
+
+
+def test_layouts_at_several_thread_counts_are_judged_and_shown_per_count_with_their_pins(tmp_path):
+    rows = [_layout_row("bf16", 150.0, 135.0, 12 * MIB, "o_proj"), _layout_row("int8", 90.0, 81.0, 6 * MIB, "o_proj")]
+    run = results.load_run(make_run(tmp_path, slow_m16=False, layouts=rows,
+                                    layout_cpus={4: [0, 1, 2, 3], 8: list(range(8))}))
+    names = [t.name for t in targets(run) if "(layouts" in t.name]
+    assert names == [f"{dtype}: M=1 packed GB/s / same-rounds read of its packed tensors (layouts, {at})"
+                     for at in ("4 threads on CPUs 0-3", "8 threads on CPUs 0-7") for dtype in ("bf16", "int8")]
+    section = render_run(run).split("## Weight layouts (Linear microbenchmark per layout)")[1].split("\n## ")[0]
+    assert section.count("| bf16 | 12.0 | 1 |") == 2
+    assert section.index("At 4 threads on CPUs 0-3:") < section.index("At 8 threads on CPUs 0-7:")
 
 
 def test_a_run_without_the_layouts_step_says_so(tmp_path):

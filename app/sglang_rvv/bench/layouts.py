@@ -18,8 +18,11 @@ the same-rounds read bandwidth.
 A layout this build cannot pack (the policy falls back, or does not know the dtype)
 is a row ``not available: REASON``, never a crash: the run still compares the others.
 
+``--threads 4,8`` measures at each thread count in a fresh process pinned to as many CPUs
+(:mod:`.threads`): on the K1, one cluster of four cores, then all eight.
+
 ``python -m sglang_rvv.bench layouts [--weight-dtypes bf16,int8,int4] [--projections ...]
-[--rows 1,4] [--min-time S] [--json OUT]``
+[--rows 1,4] [--min-time S] [--threads 4,8] [--json OUT]``
 
 Nothing at module level imports torch, so the report can import :func:`format_table`.
 """
@@ -33,6 +36,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
+
+from . import threads
+from .results import thread_counts
 
 DEFAULT_ROWS = (1, 4)
 
@@ -58,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", default=",".join(map(str, DEFAULT_ROWS)), help="M values (default %(default)s)")
     parser.add_argument("--min-time", type=float, default=0.3,
                         help=f"seconds timed per cell and variant, over {ROUNDS} interleaved rounds")
+    parser.add_argument("--threads", type=thread_counts,
+                        help="comma-separated thread counts, each measured in a fresh process pinned to as many "
+                             "CPUs (bench/threads.py; default: torch's current count, in this process)")
     parser.add_argument("--json", type=Path, help="also write the results here")
 
 
@@ -200,10 +209,16 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(projections) - set(LLAMA_3_2_1B)
     if unknown:
         sys.exit(f"unknown projection(s) {sorted(unknown)}; choose from {list(LLAMA_3_2_1B)}")
-    rows_list = [int(r) for r in args.rows.split(",")]
-    facts = kernel_facts()
-    results = measure(args.weight_dtypes, projections, rows_list, args.min_time)
-    print(format_table(results), flush=True)
+    counts = args.threads or [torch.get_num_threads()]
+    if len(counts) > 1:
+        argv = ["--weight-dtypes", ",".join(args.weight_dtypes), "--projections", args.projections,
+                "--rows", args.rows, "--min-time", str(args.min_time)]
+        runs = [run for document in threads.run_each("layouts", argv, counts) for run in document["runs"]]
+    else:
+        torch.set_num_threads(counts[0])
+        rows_list = [int(r) for r in args.rows.split(",")]
+        runs = [{**threads.this_run(), "results": measure(args.weight_dtypes, projections, rows_list, args.min_time)}]
+        print(format_table(runs[0]["results"]), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({**facts, "threads": torch.get_num_threads(), "results": results}, indent=1))
+        args.json.write_text(json.dumps({**kernel_facts(), "runs": runs}, indent=1))
     return 0

@@ -13,10 +13,9 @@ Each cell's GB/s is the weight's bytes over the time per call: decode streams
 every weight once per token, so this is what bounds tok/s.
 
 ``--threads 4,8`` measures every cell at each thread count, each in a fresh
-process of its own: Inductor writes torch's thread count into the C++ it
-generates, and nothing compiled in a process is compiled again when the count
-changes. The result records the provider (and why it was chosen), the native
-kernel library's ISA and VLEN, and the ``isa`` line of /proc/cpuinfo.
+process of its own pinned to as many CPUs (:mod:`.threads`). The result
+records the provider (and why it was chosen), the native kernel library's ISA
+and VLEN, and the ``isa`` line of /proc/cpuinfo.
 """
 
 from __future__ import annotations
@@ -24,9 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +41,7 @@ from ..ops import PROVIDER_NAME, PROVIDER_REASON, packed_bf16_linear
 from ..packed_state import BUFFER
 from ..policy import RvvPolicy
 from ..warmup import warm_up
+from . import threads
 from .results import m1_gbs, thread_counts, weight_gbs
 
 # Llama-3.2-1B as SGLang sees it (fused qkv and gate_up): (N, K).
@@ -174,22 +172,11 @@ def _measure(kind: str, n: int, k: int, rows: int, linears, min_time: float) -> 
     return dict(projection=kind, n=n, k=k, rows=rows, **best)
 
 
-def _run_each(args: argparse.Namespace, threads: list[int]) -> list[dict]:
-    """Every thread count in a fresh process of its own (this command with one count), their tables
-    printed as they go; their runs, in order."""
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="sglang-rvv-bench-linear-") as tmp:
-        for count in threads:
-            out = Path(tmp) / f"threads-{count}.json"
-            print(f"# {count} threads, in a process of its own", flush=True)
-            command = [sys.executable, "-m", "sglang_rvv.bench", "linear", "--projections", args.projections,
-                       "--rows", args.rows, "--min-time", str(args.min_time), "--threads", str(count),
-                       "--json", str(out)]
-            # OMP_NUM_THREADS too, so every OpenMP runtime in the child starts at the count.
-            code = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": str(count)}).returncode
-            if code != 0:
-                sys.exit(f"the run at {count} threads failed with exit code {code}")
-            runs += json.loads(out.read_text())["runs"]
+def _run_each(args: argparse.Namespace, counts: list[int]) -> list[dict]:
+    """Every thread count in a fresh pinned process of its own (:mod:`.threads`), their tables printed
+    as they go; their runs, in order."""
+    argv = ["--projections", args.projections, "--rows", args.rows, "--min-time", str(args.min_time)]
+    runs = [run for document in threads.run_each("linear", argv, counts) for run in document["runs"]]
     m1 = [(r["threads"], m1_gbs(r["results"])) for r in runs]
     if all(gbs["compiled"] is not None for _, gbs in m1):
         for name, label in (("compiled", "packed compiled"), ("linear", "F.linear")):
@@ -202,12 +189,12 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(args.projections.split(",")) - set(LLAMA_3_2_1B)
     if unknown:
         sys.exit(f"unknown projection(s) {sorted(unknown)}; choose from {list(LLAMA_3_2_1B)}")
-    threads = args.threads or [torch.get_num_threads()]
+    counts = args.threads or [torch.get_num_threads()]
     facts = kernel_facts()
-    if len(threads) > 1:
-        runs = _run_each(args, threads)
+    if len(counts) > 1:
+        runs = _run_each(args, counts)
     else:
-        torch.set_num_threads(threads[0])
+        torch.set_num_threads(counts[0])
         runs = [_run_here(args, facts)]
     if args.json:
         args.json.write_text(json.dumps({**facts, "runs": runs}, indent=1))
@@ -276,5 +263,5 @@ def _run_here(args: argparse.Namespace, facts: dict) -> dict:
             print(f"# M=1 across {projections} projections, {name}: {gbs[name]:.1f} GB/s = "
                   f"{gbs[name] / gbs['read']:.0%} of the {gbs['read']:.1f} GB/s read in the same rounds "
                   f"({gbs[name] / bw['read_gbs']:.0%} of the best 1 GiB read)")
-    return {"threads": torch.get_num_threads(), "bandwidth": bw, "bandwidth_before": before,
+    return {**threads.this_run(), "bandwidth": bw, "bandwidth_before": before,
             "bandwidth_after": after, "results": results}

@@ -15,13 +15,15 @@ One run directory per model (``results/<host>/<UTC timestamp>/`` by default; see
   cold one compiles every shape key, the warm one loads the keys its cached route
   table keeps packed (the others run F.linear), so no measured request compiles;
 * kernel: the Linear microbenchmark (``python -m sglang_rvv.bench linear``): GB/s of
-  weights streamed per cell, at 4 and at 8 threads on a machine with 8 or more usable
-  CPUs (see :data:`KERNEL_THREADS`), else at the suite's one thread count; it records
+  weights streamed per cell, at 4 threads pinned to the first 4 CPUs (one K1 cluster) and at
+  8, on a machine with 8 or more usable CPUs (see :data:`KERNEL_THREADS` and
+  :mod:`.threads`), else at the suite's one thread count; it records
   the kernel provider, the native kernels' ISA and VLEN, and /proc/cpuinfo's ``isa``;
 * layouts: the Linear microbenchmark per weight layout (``python -m sglang_rvv.bench layouts``):
   bf16, int8 and int4 packed side by side, GB/s of the bytes each really streams (scales
   included), their ratios to bf16 packed and to F.linear, M=1 against a same-rounds read; a
-  layout this build cannot pack is recorded as not available, with the reason;
+  layout this build cannot pack is recorded as not available, with the reason; at the kernel
+  step's thread counts, pinned the same way;
 * hf-generate: Hugging Face ``generate`` (input 64, 8 new tokens, greedy) row-major, then
   with the policy installed and warmed up, bf16 and then each quantized layout (not with
   --quick), on one model in one process (:mod:`sglang_rvv.bench.hf_generate`): prefill and
@@ -86,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip", action="append", choices=STEPS, default=[], help="leave a step out (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="of the prompts' random token ids")
     parser.add_argument("--kernel-threads", type=thread_counts,
-                        help="comma-separated thread counts of the kernel step (default: "
+                        help="comma-separated thread counts of the kernel and layouts steps, each pinned to as "
+                             "many CPUs (default: "
                              f"{','.join(map(str, KERNEL_THREADS))} with at least {max(KERNEL_THREADS)} usable CPUs, "
                              "else the suite's OMP_NUM_THREADS)")
 
@@ -224,12 +227,15 @@ def run_kernel(run_dir: Path, prov: dict, quick: bool, threads: list[int] | None
     write_result(run_dir, "kernel", "linear", prov, None, command=command, **result)
 
 
-def run_layouts(run_dir: Path, prov: dict, quick: bool, progress: Progress) -> None:
-    command = ["sglang_rvv.bench", "layouts", *(LAYOUTS_QUICK if quick else [])]
+def run_layouts(run_dir: Path, prov: dict, quick: bool, threads: list[int] | None, progress: Progress) -> None:
+    command = ["sglang_rvv.bench", "layouts", *(LAYOUTS_QUICK if quick else []),
+               *(["--threads", ",".join(map(str, threads))] if threads else [])]
     with progress.step("layouts: the Linear microbenchmark per weight layout"):
         result = _run_json_step(run_dir, "kernel-layouts", command)
-    missing = sorted({r["weight_dtype"] for r in result["results"] if "not_available" in r})
-    progress.say(f"  {len(result['results'])} cells" + (f"; not available: {', '.join(missing)}" if missing else ""))
+    cells = [r for entry in result["runs"] for r in entry["results"]]
+    missing = sorted({r["weight_dtype"] for r in cells if "not_available" in r})
+    progress.say(f"  {len(cells)} cells at {', '.join(str(entry['threads']) for entry in result['runs'])} threads"
+                 + (f"; not available: {', '.join(missing)}" if missing else ""))
     write_result(run_dir, "layouts", "linear", prov, None, command=command, **result)
 
 
@@ -276,7 +282,7 @@ def run_suite(model: Path, shape: str | None, run_dir: Path, args: argparse.Name
         if "kernel" not in args.skip:
             run_kernel(run_dir, prov, args.quick, threads, progress)
         if "layouts" not in args.skip:
-            run_layouts(run_dir, prov, args.quick, progress)
+            run_layouts(run_dir, prov, args.quick, threads, progress)
         if "hf-generate" not in args.skip:
             run_hf_generate(model, run_dir, prov, repetitions, args.seed, progress, weight_dtypes)
         if "fleet" not in args.skip:

@@ -95,7 +95,7 @@ def _kernel_facts_line(k: dict | None) -> str:
     return (f"- kernels (kernel step): provider {k['provider']}"
             + (f" ({k['provider_reason']})" if k["provider_reason"] else "")
             + f"; native kernels {k['kernel_isa'] or 'not loaded'}, VLEN {k['vlen'] or 'n/a'}; "
-            f"/proc/cpuinfo isa {k['isa'] or 'n/a'}; {', '.join(threads(e['threads']) for e in k['runs'])}")
+            f"/proc/cpuinfo isa {k['isa'] or 'n/a'}; {', '.join(threads(e['threads'], e['cpus']) for e in k['runs'])}")
 
 
 def _targets_md(run: Run) -> str:
@@ -225,9 +225,9 @@ def _kernel_md(run: Run) -> str:
     notes = []
     for entry in k["runs"]:
         bw, m1 = entry["bandwidth"], entry["m1_gbs"]
-        notes.append(f"- {threads(entry['threads'])}: memory bandwidth read {bw['read_gbs']:.1f} GB/s, copy "
-                     f"{bw['copy_gbs']:.1f} GB/s. M=1 across {entry['m1_projections']} projections: packed compiled "
-                     f"{fmt(m1['compiled'])} GB/s, row-major {fmt(m1['linear'])} GB/s"
+        notes.append(f"- {threads(entry['threads'], entry['cpus'])}: memory bandwidth read {bw['read_gbs']:.1f} GB/s, "
+                     f"copy {bw['copy_gbs']:.1f} GB/s. M=1 across {entry['m1_projections']} projections: packed "
+                     f"compiled {fmt(m1['compiled'])} GB/s, row-major {fmt(m1['linear'])} GB/s"
                      + (f", a plain read of the same weights in the same rounds {fmt(m1['read'])} GB/s"
                         if m1["read"] else "") + ".")
     return (f"Provider {k['provider']}.\n\n" + "\n".join(notes) + "\n\n"
@@ -285,19 +285,23 @@ def _layouts_md(run: Run) -> str:
     lay = layouts(run)
     if lay is None:
         return "_no layouts step in this run_"
-    rows = []
-    for name, v in lay["layouts"].items():
-        if "not_available" in v:
-            rows.append([name, f"not available: {v['not_available']}", "", "", "", "", ""])
-            continue
-        rows.append([name, f"{v['bytes_per_token'] / 2**20:,.1f}", v["projections"], fmt(v["packed_gbs"]),
-                     fmt(v["vs_bf16_packed"], 2), fmt(v["vs_linear"], 2), f"{v['of_read']:.0%}"])
-    return (f"Provider {lay['provider']}, {threads(lay['threads'])}. Per layout at M=1, over the projections "
-            "measured: the bytes they stream per decode token (the packed tensors, scales included), the GB/s "
-            "that makes, and the time ratios to bf16 packed and to F.linear in the same rounds.\n\n"
-            + _table(["layout", "MiB per token", "projections", "M=1 GB/s", "vs bf16 packed", "vs F.linear",
-                      "of same-rounds read"], rows)
-            + "\n\nEvery cell:\n\n" + format_table(lay["results"]))
+    head = (f"Provider {lay['provider']}. Per layout at M=1, over the projections measured: the bytes they stream "
+            "per decode token (the packed tensors, scales included), the GB/s that makes, and the time ratios to "
+            "bf16 packed and to F.linear in the same rounds.")
+    sections = []
+    for entry in lay["runs"]:
+        rows = []
+        for name, v in entry["layouts"].items():
+            if "not_available" in v:
+                rows.append([name, f"not available: {v['not_available']}", "", "", "", "", ""])
+                continue
+            rows.append([name, f"{v['bytes_per_token'] / 2**20:,.1f}", v["projections"], fmt(v["packed_gbs"]),
+                         fmt(v["vs_bf16_packed"], 2), fmt(v["vs_linear"], 2), f"{v['of_read']:.0%}"])
+        sections.append(f"At {threads(entry['threads'], entry.get('cpus'))}:\n\n"
+                        + _table(["layout", "MiB per token", "projections", "M=1 GB/s", "vs bf16 packed",
+                                  "vs F.linear", "of same-rounds read"], rows)
+                        + "\n\nEvery cell:\n\n" + format_table(entry["results"]))
+    return head + "\n\n" + "\n\n".join(sections)
 
 
 def _route_table_md(run: Run) -> str:

@@ -8,6 +8,8 @@ import statistics
 
 import numpy as np
 
+from ..threads import span
+
 
 def spread(values: list[float]) -> dict | None:
     """median, min and max (the suite's "median [min-max]"), or None without values."""
@@ -51,5 +53,10 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def threads(count: int | None) -> str:
-    return "threads n/a" if count is None else f"{count} thread{'s' * (count != 1)}"
+def threads(count: int | None, cpus: list[int] | None = None) -> str:
+    """``4 threads``; with the run's CPU mask (bench/threads.py), ``4 threads on CPUs 0-3`` when it
+    was pinned to as many CPUs as threads, ``8 threads on 2 CPUs`` when the mask was smaller."""
+    head = "threads n/a" if count is None else f"{count} thread{'s' * (count != 1)}"
+    if not cpus or count is None:
+        return head
+    return f"{head} on CPUs {span(cpus)}" if len(cpus) == count else f"{head} on {len(cpus)} CPUs"

@@ -126,8 +126,8 @@ def kernel(run: Run) -> dict | None:
     per_threads = []
     for entry in runs:
         rows = [{**row, "threads": entry["threads"]} for row in entry["results"]]
-        per_threads.append({"threads": entry["threads"], "bandwidth": entry["bandwidth"], "rows": rows,
-                            "m1_gbs": m1_gbs(rows), "m1_projections": sum(r["rows"] == 1 for r in rows)})
+        per_threads.append({"threads": entry["threads"], "cpus": entry.get("cpus"), "bandwidth": entry["bandwidth"],
+                            "rows": rows, "m1_gbs": m1_gbs(rows), "m1_projections": sum(r["rows"] == 1 for r in rows)})
     return {**{key: record.get(key) for key in ("provider", "provider_reason", "kernel_isa", "vlen", "isa")},
             "runs": per_threads, "rows": [row for entry in per_threads for row in entry["rows"]]}
 
@@ -140,22 +140,29 @@ def hf_generate(run: Run) -> dict | None:
 
 
 def layouts(run: Run) -> dict | None:
-    """The layouts step: its rows, and per layout the M=1 aggregate over the projections (bytes
-    per token, GB/s, the time ratios to bf16 packed and to F.linear, the fraction of the same-rounds
-    read) or the reason it is not available; None without the step."""
+    """The layouts step, per thread count it ran at (``runs``, each with its CPU mask when pinned):
+    its rows, and per layout the M=1 aggregate over the projections (bytes per token, GB/s, the
+    time ratios to bf16 packed and to F.linear, the fraction of the same-rounds read) or the reason
+    it is not available; None without the step. A record from before ``--threads`` is one run."""
     record = run.of("layouts").get("linear")
     if record is None:
         return None
+    runs = record.get("runs") or [{"threads": record.get("threads"), "results": record["results"]}]
+    return {"provider": record.get("provider"),
+            "runs": [{**entry, "layouts": _per_layout(entry["results"])} for entry in runs]}
+
+
+def _per_layout(results: list[dict]) -> dict:
     per_layout = {}
-    for name in dict.fromkeys(r["weight_dtype"] for r in record["results"]):
-        rows = [r for r in record["results"] if r["weight_dtype"] == name and r["rows"] == 1]
+    for name in dict.fromkeys(r["weight_dtype"] for r in results):
+        rows = [r for r in results if r["weight_dtype"] == name and r["rows"] == 1]
         missing = sorted({r["not_available"] for r in rows if "not_available" in r})
         if missing or not rows:
             per_layout[name] = {"not_available": "; ".join(missing) or "no M=1 cell"}
             continue
         total = sum(r["bytes_per_call"] for r in rows)
         packed_s = sum(r["packed_us"] for r in rows) / 1e6
-        base = [b for b in record["results"] if b["weight_dtype"] == "bf16" and b["rows"] == 1 and "packed_us" in b]
+        base = [b for b in results if b["weight_dtype"] == "bf16" and b["rows"] == 1 and "packed_us" in b]
         per_layout[name] = {
             "bytes_per_token": total, "projections": len(rows), "packed_gbs": total / packed_s / 1e9,
             "read_gbs": total / (sum(r["read_us"] for r in rows) / 1e6) / 1e9,
@@ -163,8 +170,7 @@ def layouts(run: Run) -> dict | None:
             "vs_bf16_packed": sum(b["packed_us"] for b in base) / 1e6 / packed_s if len(base) == len(rows) else None,
         }
         per_layout[name]["of_read"] = per_layout[name]["packed_gbs"] / per_layout[name]["read_gbs"]
-    return {"provider": record.get("provider"), "threads": record.get("threads"), "results": record["results"],
-            "layouts": per_layout}
+    return per_layout
 
 
 def route_table(run: Run) -> list[dict] | None:

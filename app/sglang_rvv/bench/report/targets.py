@@ -142,7 +142,7 @@ def _bandwidth_target(k: dict | None) -> Target:
     if not judged:
         return Target(name, "n/a", threshold, None)
     fraction, limit, entry = min(judged, key=lambda j: j[0])
-    at = f", {threads(entry['threads'])}" if len(k["runs"]) > 1 else ""
+    at = f", {threads(entry['threads'], entry['cpus'])}" if len(k["runs"]) > 1 else ""
     measured = (f"{fraction:.0%} ({entry['m1_gbs']['compiled']:.1f} of {limit:.1f} GB/s read "
                 f"{'of the same weights in the same rounds' if entry['m1_gbs']['read'] else 'over 1 GiB'}, "
                 f"{entry['m1_projections']} projections{at})"
@@ -195,15 +195,19 @@ def _layout_targets(run: Run) -> list[Target]:
     layout: no data until that step measures the quantized layouts)."""
     lay = layouts(run)
     out = []
-    for name, v in (lay["layouts"] if lay else {}).items():
-        title = f"{name}: M=1 packed GB/s / same-rounds read of its packed tensors (layouts)"
-        threshold = f"≥ {BANDWIDTH_FRACTION_MIN:.0%}"
-        if "not_available" in v:
-            out.append(Target(title, f"not available: {v['not_available']}", threshold, None))
-            continue
-        out.append(Target(title, f"{v['of_read']:.0%} ({v['packed_gbs']:.1f} of {v['read_gbs']:.1f} GB/s, "
-                                 f"{v['bytes_per_token'] / 2**20:,.1f} MiB per token over {v['projections']} "
-                                 "projections)", threshold, v["of_read"] >= BANDWIDTH_FRACTION_MIN, v["of_read"]))
+    runs = lay["runs"] if lay else []
+    for entry in runs:
+        at = f", {threads(entry['threads'], entry.get('cpus'))}" if len(runs) > 1 else ""
+        for name, v in entry["layouts"].items():
+            title = f"{name}: M=1 packed GB/s / same-rounds read of its packed tensors (layouts{at})"
+            threshold = f"≥ {BANDWIDTH_FRACTION_MIN:.0%}"
+            if "not_available" in v:
+                out.append(Target(title, f"not available: {v['not_available']}", threshold, None))
+                continue
+            out.append(Target(title, f"{v['of_read']:.0%} ({v['packed_gbs']:.1f} of {v['read_gbs']:.1f} GB/s, "
+                                     f"{v['bytes_per_token'] / 2**20:,.1f} MiB per token over {v['projections']} "
+                                     "projections)", threshold, v["of_read"] >= BANDWIDTH_FRACTION_MIN,
+                              v["of_read"]))
     hf = hf_generate(run)
     for name, minimum in LAYOUT_DECODE_RATIO_MIN.items():
         title = f"{name} decode tok/s / bf16 packed, 1B-shaped HF model (HF generate)"
