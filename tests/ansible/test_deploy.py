@@ -36,6 +36,11 @@ def deploy(tmp_path_factory):
         "sglang_rvv_model_dir": str(user_checkpoint(work / "controller" / MODEL_NAME, seed=11)),
         "sglang_rvv_model_store_dir": str(work / "models"),
         "sglang_rvv_cache": "cold",  # the warm image of the lock's model is built by the image tests
+        # The layout knobs, through the shared variables to the container: int4 at K groups of 64, and
+        # lm_head asked down to int4 too (the policy's rule alone keeps it at int8).
+        "sglang_rvv_weight_dtype": "int4",
+        "sglang_rvv_group_size": "64",
+        "sglang_rvv_lm_head_dtype": "int4",
         "sglang_rvv_port": port,
         # This host has podman 4.3 and no systemd as init: compose, from the locked venv.
         "sglang_rvv_service_compose": str(BIN / "podman-compose"),
@@ -79,6 +84,19 @@ def test_the_service_comes_up_healthy_and_answers(deploy):
         assert json.load(response)["usage"]["completion_tokens"] == 8
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as response:
         assert [model["id"] for model in json.load(response)["data"]] == [MODEL_NAME]
+    # The layout knobs reached the policy: every packed projection streams int4, lm_head included.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        rows = [dict(re.findall(r'(\w+)="(\w+)"', labels)) for labels in
+                re.findall(r"^sglang_rvv_projection_bytes\{([^}]*)\}", response.read().decode(), re.M)]
+    by_projection = {row["projection"]: row["layout"] for row in rows}
+    assert by_projection.get("o_proj") == "int4" and by_projection.get("lm_head") in (None, "int4"), rows
+    # The service's container is the one publishing the port (the other lane serves its own).
+    listed = subprocess.run(["podman", "ps", "--format", "{{.ID}} {{.Ports}}"], capture_output=True, text=True).stdout
+    ids = [line.split()[0] for line in listed.splitlines() if f":{port}->" in line]
+    assert len(ids) == 1, listed
+    inspect = json.loads(subprocess.run(["podman", "inspect", ids[0]], capture_output=True, text=True).stdout)
+    assert {"SGLANG_RVV_WEIGHT_DTYPE=int4", "SGLANG_RVV_GROUP_SIZE=64", "SGLANG_RVV_LM_HEAD_DTYPE=int4"} \
+        <= set(inspect[0]["Config"]["Env"])
 
 
 def test_a_second_deploy_changes_nothing(deploy):
