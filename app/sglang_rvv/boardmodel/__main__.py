@@ -1,7 +1,8 @@
-"""``python -m sglang_rvv.boardmodel [--shapes ...] [--layouts ...] [--run-dir DIR]``: count decode
-steps of each shape with the policy off and on (each layout), price them with the board model,
-write ``board-model.json`` into the run directory and print the directory on stdout (progress on
-stderr), like ``python -m sglang_rvv.bench suite``.
+"""``python -m sglang_rvv.boardmodel [--shapes ...] [--layouts ...] [--serving MODEL_DIR] [--run-dir DIR]``:
+count decode steps of each shape with the policy off and on (each layout), price them with the
+board model, write ``board-model.json`` into the run directory and print the directory on stdout
+(progress on stderr), like ``python -m sglang_rvv.bench suite``. With ``--serving``, SGLang's real
+server of that checkpoint is counted too, every process of it (:mod:`.serving`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from ..bench.results import default_run_dir, utc_stamp
 from ..jsonfile import write_json
 from ..layout import WEIGHT_DTYPES
-from . import model, rootfs, run, tool
+from . import model, rootfs, run, serving, tool
 
 RESULT = "board-model.json"
 SCHEMA = 1
@@ -47,6 +48,12 @@ def main(argv=None) -> int:
     parser.add_argument("--run-dir", type=Path, help="write into this run directory (default: "
                                                       "results/<host>/<UTC timestamp>)")
     parser.add_argument("--image", help=f"the riscv64 runtime image (default {rootfs.image_name()})")
+    parser.add_argument("--serving", type=Path, metavar="MODEL_DIR",
+                        help="also count SGLang's serving loop per token, serving this checkpoint (flag on, eager "
+                             "packed route): a request of --serving-tokens SHORT,LONG new tokens each")
+    parser.add_argument("--serving-tokens", default="4,12", help="the two request lengths (default %(default)s)")
+    parser.add_argument("--serving-port", type=int, default=31990,
+                        help="the counted server's port (default %(default)s)")
     args = parser.parse_args(argv)
     run_dir = args.run_dir or default_run_dir()
     try:
@@ -65,6 +72,16 @@ def main(argv=None) -> int:
             except run.LayoutMissing as missing:  # a layout that has not landed in the image yet
                 skipped[work.label] = str(missing)
                 print(f"boardmodel: skipped {missing}", file=sys.stderr)
+        served = None
+        if args.serving:
+            short, long = (int(v) for v in args.serving_tokens.split(","))
+            print(f"boardmodel: counting SGLang serving {args.serving} ({short} and {long} new tokens)",
+                  file=sys.stderr, flush=True)
+            served = {"model": str(args.serving),
+                      **serving.count_serving(counter, root, args.serving.resolve(), scratch / "serving",
+                                              args.serving_port, short, long,
+                                              log=lambda text: print(f"boardmodel: {text}", file=sys.stderr,
+                                                                     flush=True))}
     except tool.ToolError as error:
         print(f"boardmodel: error: {error}", file=sys.stderr)
         return 2
@@ -74,7 +91,7 @@ def main(argv=None) -> int:
         "tool": {"qemu": str(counter.qemu), "qemu_version": counter.qemu_version,
                  "qemu_cpu": counter.qemu_cpu, "plugin_source_sha256": tool.sha256(tool.SOURCE)},
         "rootfs": found, "constants": model.constants_json(), "anchors": list(model.ANCHORS),
-        "per_token_phase": PER_TOKEN, "workloads": results, "skipped": skipped})
+        "per_token_phase": PER_TOKEN, "workloads": results, "skipped": skipped, "serving": served})
     print(run_dir)
     return 0
 
