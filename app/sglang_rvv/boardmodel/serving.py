@@ -112,41 +112,53 @@ def count_serving(tool: Tool, root: Path, model_dir: Path, scratch: Path, port: 
     count of a ``short`` and a ``long`` request and the per-token difference, per component."""
     if not 0 < short < long:
         raise ToolError(f"request lengths {short} and {long}: the second must be longer")
+    _clear(scratch)
+    executable = wrapper(tool, root, scratch, python or root / rootfs.VENV / "bin" / "python")
+    seconds = serve_and_mark(executable, model_dir, scratch, port, (short, long), env, log)
+    return {"short": short, "long": long, "emulated_seconds": seconds,
+            "processes": _attribute(scratch, short, long)}
+
+
+def _clear(scratch: Path) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     for old in scratch.iterdir():
         if old.is_file():
             old.unlink()
-    python = python or root / rootfs.VENV / "bin" / "python"
-    command = [str(wrapper(tool, root, scratch, python)), str(GUEST), "--model-path", str(model_dir),
+
+
+def serve_and_mark(executable: Path, model_dir: Path, scratch: Path, port: int, lengths: tuple[int, ...],
+                   env: dict | None = None, log=None) -> float:
+    """Start the server through ``executable`` (every process of it: :mod:`.serving_guest`), wait
+    for /health, serve a warm-up request, mark every process, then per request length serve it and
+    mark again; stop the server. Returns the seconds it all took."""
+    command = [str(executable), str(GUEST), "--model-path", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), *cpu_server_args(max_total_tokens=256),
                "--enable-cpu-rvv-inductor", "--cpu-compile-mode", "off", "--no-cpu-rvv-warmup",
                "--skip-server-warmup", "--log-level", "warning"]
-    server_env = {**environment(), "SGLANG_RVV_COUNT_EXECUTABLE": str(scratch / "python-counted"),
+    server_env = {**environment(), "SGLANG_RVV_COUNT_EXECUTABLE": str(executable),
                   "SGLANG_RVV_COUNT_DIR": str(scratch), "SGLANG_USE_CPU_ENGINE": "1", **(env or {})}
-    began = time.monotonic()
-    log_file = open(scratch / "server.log", "w")  # noqa: SIM115 (closed with the server)
-    server = subprocess.Popen(command, env=server_env, stdin=subprocess.DEVNULL, stdout=log_file,
-                              stderr=subprocess.STDOUT, start_new_session=True)
     say = log or (lambda text: None)
-    try:
-        _wait_healthy(server, port, scratch)
-        say(f"the counted server answers /health after {time.monotonic() - began:.0f} s")
-        _generate(port, 2)  # the first request's lazy costs stay out of both measured ones
-        _mark_all(scratch, 1)
-        for number, tokens in ((2, short), (3, long)):
-            _generate(port, tokens)
-            _mark_all(scratch, number)
-            say(f"request of {tokens} tokens counted ({time.monotonic() - began:.0f} s)")
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
+    began = time.monotonic()
+    with open(scratch / "server.log", "w") as log_file:
+        server = subprocess.Popen(command, env=server_env, stdin=subprocess.DEVNULL, stdout=log_file,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            server.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log_file.close()
-    return {"short": short, "long": long, "emulated_seconds": round(time.monotonic() - began, 1),
-            "processes": _attribute(scratch, short, long)}
+            _wait_healthy(server, port, scratch)
+            say(f"the counted server answers /health after {time.monotonic() - began:.0f} s")
+            _generate(port, 2)  # the first request's lazy costs stay out of the measured ones
+            _mark_all(scratch, 1)
+            for number, tokens in enumerate(lengths, start=2):
+                _generate(port, tokens)
+                _mark_all(scratch, number)
+                say(f"request of {tokens} tokens counted ({time.monotonic() - began:.0f} s)")
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+    return round(time.monotonic() - began, 1)
 
 
 def _wait_healthy(server: subprocess.Popen, port: int, scratch: Path) -> None:
