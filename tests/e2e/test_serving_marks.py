@@ -22,8 +22,8 @@ def test_every_process_of_the_server_runs_through_the_wrapper_names_its_role_and
     # The wrapper logs each start, so the test sees that spawn's children came through it too.
     executable.write_text(f"#!/bin/sh\necho $$ >> '{calls}'\nexec '{sys.executable}' \"$@\"\n")
     executable.chmod(0o755)
-    seconds = serving.serve_and_mark(executable, tiny_checkpoints["llama"], scratch, free_port(), (2, 3),
-                                     env={"SGLANG_RVV_OP_PROVIDER": "generic"})
+    phases = serving.serve_and_mark(executable, tiny_checkpoints["llama"], scratch, free_port(), (2, 3),
+                                    env={"SGLANG_RVV_OP_PROVIDER": "generic"}, idle_seconds=1.0)
     registered = {int(path.stem): json.loads(path.read_text()) for path in scratch.glob("*.json")}
     assert sorted(info["role"] for info in registered.values()) == sorted(serving.ROLES), registered
     assert all(info["marks"] == serving.MARKS for info in registered.values()), registered
@@ -34,4 +34,4 @@ def test_every_process_of_the_server_runs_through_the_wrapper_names_its_role_and
         assert not os.path.exists(f"/proc/{pid}"), f"process {pid} outlived the server's stop"
     started = {int(line) for line in calls.read_text().split()}
     assert set(registered) <= started, (registered, started)
-    assert seconds > 0
+    assert list(phases) == ["idle", "request1", "request2"] and phases["idle"] >= 1.0

@@ -52,12 +52,24 @@ def relativize_symlinks(root: Path) -> int:
     return count
 
 
+def use_host_pseudo_filesystems(root: Path) -> Path:
+    """Remove the image's empty ``proc`` and ``sys`` mount points from the copy: qemu -L looks a
+    path up in the rootfs first, so an empty ``proc`` there hides the host's, and a guest that
+    lists processes (psutil's ``pids()``, which SGLang's scheduler calls to find its parent) finds
+    none. qemu answers ``/proc/self/...`` itself, so the guest's own maps stay its own."""
+    for name in ("proc", "sys"):
+        mount_point = root / name
+        if mount_point.is_dir() and not mount_point.is_symlink() and not any(mount_point.iterdir()):
+            mount_point.rmdir()
+    return root
+
+
 def prepare(image: str | None = None, cache: Path = CACHE) -> Path:
     image = image or image_name()
     ident = image_id(image)
     root = cache / f"rootfs-{ident[:12]}"
     if (root / DONE).is_file():
-        return root
+        return use_host_pseudo_filesystems(root)
     mounted = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True,
                              check=True).stdout.strip()
     partial = root.with_name(root.name + ".partial")
@@ -67,6 +79,7 @@ def prepare(image: str | None = None, cache: Path = CACHE) -> Path:
     finally:
         subprocess.run(["podman", "image", "unmount", image], capture_output=True)
     relativize_symlinks(partial)
+    use_host_pseudo_filesystems(partial)
     (partial / DONE).write_text(json.dumps({"image": image, "id": ident}) + "\n")
     shutil.rmtree(root, ignore_errors=True)
     partial.rename(root)

@@ -4,12 +4,14 @@ request lengths.
 
 Every process (the HTTP server with the tokenizer manager, the scheduler, the detokenizer) runs
 :mod:`.serving_guest` under the counting qemu with a count table of its own (``<pid>.count``). After
-a warm-up request the host signals every registered process (SIGUSR2: each writes a mark), serves
-a request of ``short`` new tokens, marks again, serves one of ``long``, and marks a third time. For
-each process, the difference of two marks is one request's count (fixed cost + tokens x per-token
-cost + what its idle loop ran), so
+a warm-up request the host signals every registered process (SIGUSR2: each writes a mark), lets
+the server idle for a minute, marks again, serves a streamed request of ``short`` new tokens, marks
+again, serves one of ``long``, and marks a fourth time. For each process, the difference of two
+marks is one phase's count: a request's is its fixed cost + tokens x per-token cost + what the
+process runs on timers meanwhile, at the idle window's rate per second, so
 
-    per token = (count(long request) - count(short request)) / (long - short)
+    per token = (count(long) - count(short) - idle rate x (seconds(long) - seconds(short)))
+                / (long - short)
 
 The policy runs its eager packed route (no Inductor compile: the counting qemu cannot run the
 rootfs's compiler, since qemu-user hands every execve to the host), as the policy-forward workload
@@ -31,12 +33,13 @@ from pathlib import Path
 from ..launch.args import cpu_server_args
 from . import counts, rootfs
 from .run import environment
-from .tool import Tool, ToolError
+from .tool import Tool, ToolError, lock
 
 GUEST = Path(__file__).with_name("serving_guest.py")
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
 ROLES = ("http", "scheduler", "detokenizer")
-MARKS = 3
+MARKS = 4  # before the idle window, after it, after the short request, after the long one
+IDLE_SECONDS = 60.0
 STARTUP_TIMEOUT = 3600.0
 REQUEST_TIMEOUT = 1800.0
 
@@ -57,16 +60,21 @@ def _get(url: str, timeout: float) -> bytes:
         return response.read()
 
 
-def _generate(port: int, new_tokens: int) -> dict:
-    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}}
+def _generate(port: int, new_tokens: int) -> None:
+    """One streamed request (a chat client's way: every token crosses the detokenizer and goes out
+    as its own server-sent event) of exactly ``new_tokens``."""
+    body = {"text": PROMPT, "stream": True,
+            "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}}
     request = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
+    last = None
     with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
-        out = json.load(response)
-    got = out["meta_info"]["completion_tokens"]
+        for line in response:
+            if line.startswith(b"data: {"):
+                last = json.loads(line[len(b"data: "):])
+    got = last and last["meta_info"]["completion_tokens"]
     if got != new_tokens:
         raise ToolError(f"the counted server generated {got} tokens for a request of {new_tokens}")
-    return out
 
 
 def _registered(scratch: Path) -> dict[int, dict]:
@@ -114,9 +122,11 @@ def count_serving(tool: Tool, root: Path, model_dir: Path, scratch: Path, port: 
         raise ToolError(f"request lengths {short} and {long}: the second must be longer")
     _clear(scratch)
     executable = wrapper(tool, root, scratch, python or root / rootfs.VENV / "bin" / "python")
-    seconds = serve_and_mark(executable, model_dir, scratch, port, (short, long), env, log)
-    return {"short": short, "long": long, "emulated_seconds": seconds,
-            "processes": _attribute(scratch, short, long)}
+    began = time.monotonic()
+    phases = serve_and_mark(executable, model_dir, scratch, port, (short, long), env, log,
+                            stack=lock()["arch"]["riscv64"])
+    return {"short": short, "long": long, "emulated_seconds": round(time.monotonic() - began, 1),
+            "phase_seconds": phases, "processes": _attribute(scratch, short, long, phases)}
 
 
 def _clear(scratch: Path) -> None:
@@ -127,15 +137,20 @@ def _clear(scratch: Path) -> None:
 
 
 def serve_and_mark(executable: Path, model_dir: Path, scratch: Path, port: int, lengths: tuple[int, ...],
-                   env: dict | None = None, log=None) -> float:
+                   env: dict | None = None, log=None, stack: dict | None = None,
+                   idle_seconds: float = IDLE_SECONDS) -> dict[str, float]:
     """Start the server through ``executable`` (every process of it: :mod:`.serving_guest`), wait
     for /health, serve a warm-up request, mark every process, then per request length serve it and
-    mark again; stop the server. Returns the seconds it all took."""
+    mark again; stop the server. Between the first two marks the server idles ``idle_seconds``.
+    Returns each phase's wall seconds (``idle``, ``request1``, ...), between the marks. ``stack`` is what the image's
+    stack needs from SGLang, as the entrypoint sets it (images/lock.toml ``[arch.<arch>]``
+    ``sglang_env`` and ``sglang_args``)."""
+    stack = stack or {}
     command = [str(executable), str(GUEST), "--model-path", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), *cpu_server_args(max_total_tokens=256),
                "--enable-cpu-rvv-inductor", "--cpu-compile-mode", "off", "--no-cpu-rvv-warmup",
-               "--skip-server-warmup", "--log-level", "warning"]
-    server_env = {**environment(), "SGLANG_RVV_COUNT_EXECUTABLE": str(executable),
+               "--skip-server-warmup", "--log-level", "warning", *stack.get("sglang_args", [])]
+    server_env = {**environment(), **stack.get("sglang_env", {}), "SGLANG_RVV_COUNT_EXECUTABLE": str(executable),
                   "SGLANG_RVV_COUNT_DIR": str(scratch), "SGLANG_USE_CPU_ENGINE": "1", **(env or {})}
     say = log or (lambda text: None)
     began = time.monotonic()
@@ -147,18 +162,37 @@ def serve_and_mark(executable: Path, model_dir: Path, scratch: Path, port: int, 
             say(f"the counted server answers /health after {time.monotonic() - began:.0f} s")
             _generate(port, 2)  # the first request's lazy costs stay out of the measured ones
             _mark_all(scratch, 1)
-            for number, tokens in enumerate(lengths, start=2):
+            began_phase = time.monotonic()
+            time.sleep(idle_seconds)  # what each process runs per second with nothing to serve
+            _mark_all(scratch, 2)
+            phases = {"idle": time.monotonic() - began_phase}
+            for number, tokens in enumerate(lengths, start=3):
+                began_phase = time.monotonic()
                 _generate(port, tokens)
+                phases[f"request{number - 2}"] = time.monotonic() - began_phase
                 _mark_all(scratch, number)
                 say(f"request of {tokens} tokens counted ({time.monotonic() - began:.0f} s)")
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
-    return round(time.monotonic() - began, 1)
+            _stop(server)
+    return phases
+
+
+def _stop(server: subprocess.Popen, timeout: float = 120.0) -> None:
+    """SIGTERM to the server's process group (its session), until every process of it is gone;
+    SIGKILL to what is left after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    signum = signal.SIGTERM
+    while True:
+        try:
+            os.killpg(server.pid, signum)
+        except ProcessLookupError:  # the group is empty
+            break
+        server.poll()  # reap the leader, so the group can empty
+        signum = 0
+        if time.monotonic() > deadline:
+            signum, deadline = signal.SIGKILL, float("inf")
+        time.sleep(0.5)
+    server.wait()
 
 
 def _wait_healthy(server: subprocess.Popen, port: int, scratch: Path) -> None:
@@ -175,25 +209,28 @@ def _wait_healthy(server: subprocess.Popen, port: int, scratch: Path) -> None:
     raise ToolError(f"the counted server was not healthy within {STARTUP_TIMEOUT:.0f} s")
 
 
-def _attribute(scratch: Path, short: int, long: int) -> dict[str, dict]:
-    """Per role: both requests' counts and the per-token difference, by component and library."""
+def _attribute(scratch: Path, short: int, long: int, phases: dict[str, float]) -> dict[str, dict]:
+    """Per role: the idle window's and both requests' counts, and the per-token cost: the long
+    request's count less the short one's, less what the process runs idle in the extra wall time
+    the long request took (the idle window's rate), over the extra tokens. Under qemu a token
+    takes seconds, so a process that wakes on a timer would otherwise look costly per token."""
     out = {}
+    extra_seconds = phases["request2"] - phases["request1"]
     for pid, info in sorted(_registered(scratch).items()):
         if info["marks"] < MARKS:
             continue
         maps = counts.Maps.parse((scratch / f"{pid}.maps").read_text())
         tables = counts.parse_tables((scratch / f"{pid}.count").read_text(), maps)
-        first, second = tables["2"].minus(tables["1"]), tables["3"].minus(tables["2"])
-        per_token = {name: {key: (second_v[key] - first_v[key]) / (long - short) for key in counts.FIELDS}
-                     for (name, first_v), second_v in zip(first.by_component().items(),
-                                                          second.by_component().values(), strict=True)}
+        idle, first, second = (tables[str(n + 1)].minus(tables[str(n)]).by_component() for n in (1, 2, 3))
+        per_second = {name: {key: v[key] / phases["idle"] for key in counts.FIELDS} for name, v in idle.items()}
+        per_token = {name: {key: (second[name][key] - first[name][key] - per_second[name][key] * extra_seconds)
+                            / (long - short) for key in counts.FIELDS} for name in idle}
         role = info["role"]
         if role in out:
             raise ToolError(f"two processes of the counted server have the role {role}")
-        out[role] = {"pid": pid, "short_request": first.by_component(), "long_request": second.by_component(),
+        out[role] = {"pid": pid, "idle_per_second": per_second, "short_request": first, "long_request": second,
                      "per_token": per_token}
     missing = [role for role in ROLES if role not in out]
     if missing:
         raise ToolError(f"no counts of the server's {', '.join(missing)}: its process did not mark")
     return out
-
