@@ -202,3 +202,53 @@ def test_a_rootfs_whose_torch_or_kernel_library_differs_from_the_lock_is_refused
     fake_rootfs(other_kernels, arch["torch"]["version"], "f" * 64)
     with pytest.raises(tool.ToolError, match="kernel sources f{64} differ from"):
         rootfs.check(other_kernels)
+
+
+def test_the_empty_proc_and_sys_of_the_copy_go_so_the_guest_sees_the_hosts(tmp_path):
+    for name in ("proc", "sys", "dev"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "dev" / "null").write_text("")
+    rootfs.use_host_pseudo_filesystems(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev"]
+    rootfs.use_host_pseudo_filesystems(tmp_path)  # again: nothing left to do
+
+
+def test_a_served_token_is_the_long_request_less_the_short_one_and_the_idle_rate(tmp_path):
+    from sglang_rvv.boardmodel import serving
+    from sglang_rvv.jsonfile import write_json
+
+    # One process (the scheduler; the other two roles copy it): cumulative python instructions at
+    # marks 1..4: idle 60 s runs 6 M (100 k/s); the short request (4 tokens, 10 s) 50 M; the long
+    # one (12 tokens, 30 s) 130 M: (130 - 50 - 0.1 x 20) / 8 = 9.75 M a token.
+    cumulative = [1_000_000, 7_000_000, 57_000_000, 187_000_000]
+    text = table(*((str(n + 1), [f"10000 1 0 0 {value} 0 0 0"]) for n, value in enumerate(cumulative)))
+    for pid, role in ((11, "scheduler"), (12, "http"), (13, "detokenizer")):
+        (tmp_path / f"{pid}.count").write_text(text)
+        (tmp_path / f"{pid}.maps").write_text(MAPS)
+        write_json(tmp_path / f"{pid}.json", {"pid": pid, "role": role, "marks": serving.MARKS})
+    out = serving._attribute(tmp_path, 4, 12, {"idle": 60.0, "request1": 10.0, "request2": 30.0})
+    assert sorted(out) == sorted(serving.ROLES)
+    scheduler = out["scheduler"]
+    assert scheduler["idle_per_second"]["interpreter"]["insns"] == pytest.approx(100_000)
+    assert scheduler["per_token"]["interpreter"]["insns"] == pytest.approx(9_750_000)
+    assert scheduler["per_token"]["kernel"]["insns"] == 0
+    (tmp_path / "13.json").write_text('{"pid": 13, "role": "detokenizer", "marks": 3}')
+    with pytest.raises(tool.ToolError, match="no counts of the server's detokenizer"):
+        serving._attribute(tmp_path, 4, 12, {"idle": 60.0, "request1": 10.0, "request2": 30.0})
+
+
+def test_the_report_shows_the_served_token_per_process(tmp_path):
+    from sglang_rvv.bench.report import board
+    from sglang_rvv.boardmodel.__main__ import priced_serving
+
+    step = {name: zero() for name in counts.COMPONENT_NAMES}
+    step["kernel"], step["torch"], step["interpreter"] = zero(insns=7_500_000), zero(insns=3_600_000), \
+        zero(insns=2_900_000)
+    served = priced_serving({"model": "tiny-llama", "short": 4, "long": 12, "processes": {
+        "scheduler": {"per_token": step}, "http": {"per_token": {**step, "kernel": zero(), "torch": zero()}}}})
+    assert served["processes"]["scheduler"]["outside_kernel_insns"] == 6_500_000
+    # 6.5 M instructions at IPC 0.7 and 1.6 GHz: 5.8 ms on one core
+    assert served["processes"]["scheduler"]["rest_seconds"] == pytest.approx(6.5e6 / 0.7 / 1.6e9)
+    text = board.serving_section(served)
+    assert "| scheduler | 7.50 | 3.60 | 2.90 | 0.00 | 6.50 | 5.8 |" in text
+    assert "| http | 0.00 | 0.00 | 2.90 | 0.00 | 2.90 |" in text

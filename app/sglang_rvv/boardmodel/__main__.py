@@ -33,6 +33,18 @@ def priced(result: dict) -> dict:
             "prediction": model.predict(step, weight)}
 
 
+def priced_serving(result: dict) -> dict:
+    """Each process's per-token instructions outside the kernel library, and their modelled serial
+    seconds on one core (the board model's IPCs). On the board the three processes run on cores
+    of their own, so the scheduler's (the model's forward, batch building, sampling) is the one
+    on a token's path; the others overlap it."""
+    for values in result["processes"].values():
+        seconds = model.predict(values["per_token"], 0)["component_seconds"]
+        values["outside_kernel_insns"] = sum(v["insns"] for name, v in values["per_token"].items() if name != "kernel")
+        values["rest_seconds"] = sum(v for name, v in seconds.items() if name != "kernel")
+    return result
+
+
 def workloads(shapes, layouts) -> list[run.Workload]:
     out = []
     for name in shapes:
@@ -77,11 +89,10 @@ def main(argv=None) -> int:
             short, long = (int(v) for v in args.serving_tokens.split(","))
             print(f"boardmodel: counting SGLang serving {args.serving} ({short} and {long} new tokens)",
                   file=sys.stderr, flush=True)
-            served = {"model": str(args.serving),
-                      **serving.count_serving(counter, root, args.serving.resolve(), scratch / "serving",
-                                              args.serving_port, short, long,
-                                              log=lambda text: print(f"boardmodel: {text}", file=sys.stderr,
-                                                                     flush=True))}
+            served = priced_serving(serving.count_serving(
+                counter, root, args.serving.resolve(), scratch / "serving", args.serving_port, short, long,
+                log=lambda text: print(f"boardmodel: {text}", file=sys.stderr, flush=True)))
+            served["model"] = str(args.serving)
     except tool.ToolError as error:
         print(f"boardmodel: error: {error}", file=sys.stderr)
         return 2

@@ -60,11 +60,29 @@ def section(data: dict, chart: Path | None = None, base: Path | None = None) -> 
     parts = [f"*{LABEL}.* Per decode token ({data['per_token_phase']}), one thread, qemu `{data['tool']['qemu_cpu']}`.",
              _table(head, rows), "Anchors beside the prediction (not fitted):", "\n".join(anchors),
              "Constants:", "\n".join(constants)]
+    if data.get("serving"):
+        parts.append(serving_section(data["serving"]))
     if data.get("skipped"):
         parts.append("Skipped: " + "; ".join(f"{k}: {v}" for k, v in data["skipped"].items()))
     if chart is not None:
         parts.append(f"![board model]({chart.relative_to(base) if base else chart})")
     return "\n\n".join(parts)
+
+
+def serving_section(served: dict) -> str:
+    """SGLang's real serving loop, per token and per process (boardmodel/serving.py)."""
+    head = ["process", *(f"{g} (M insns)" for g in GROUPS), "outside the kernel (M insns)",
+            "modelled ms/token outside the kernel, one core"]
+    rows = []
+    for role, v in served["processes"].items():
+        insns = grouped(v["per_token"], "insns")
+        rows.append([role, *(f"{insns[g] / 1e6:.2f}" for g in GROUPS), f"{v['outside_kernel_insns'] / 1e6:.2f}",
+                     f"{v['rest_seconds'] * 1e3:.1f}"])
+    return (f"SGLang serving `{served['model']}` (flag on, eager packed route), every process counted: per token, "
+            f"the difference between streamed requests of {served['long']} and {served['short']} new tokens, "
+            "less each process's idle rate over the extra wall time. The scheduler runs the model's forward, "
+            "batch building and sampling; on the board the HTTP server and the detokenizer run on other cores "
+            "beside it.\n\n" + _table(head, rows))
 
 
 def plot(data: dict, path: Path) -> Path:
