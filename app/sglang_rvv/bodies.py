@@ -98,6 +98,18 @@ def eager_body(layout_name: str) -> Callable:
     return body
 
 
+@functools.cache
+def eager_call(layout_name: str, out_features: int, in_features: int) -> tuple[Callable, tuple]:
+    """``(fn, tail)`` for an eager call that takes the input as it is: ``fn(input, *packed, *tail)``.
+    A provider with a native op hands out the op's own callable and its trailing arguments
+    (``direct_op``): no Python frame between the route and the kernel's entry. Otherwise the eager
+    body, with ``(out_features,)``."""
+    direct_op = getattr(chosen()[0], "direct_op", None)
+    if direct_op is not None:
+        return direct_op(layout_name, out_features, in_features)
+    return eager_body(layout_name), (out_features,)
+
+
 def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
     return F.linear(input, weight)
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import packed_state
-from .bodies import COMPILED, CompiledCallables, Mode, RegionalShapeKey, eager_body
+from .bodies import COMPILED, CompiledCallables, Mode, RegionalShapeKey, eager_body, eager_call
 from .kernels import chosen
 from .kernels.gate import ShapeGate
 from .route_table import RouteTable
@@ -224,18 +224,22 @@ class ModuleRoute:
         self.memo: CallMemo | None = None
 
     def __call__(self, module, input, weight, bias=None) -> torch.Tensor:
-        memo = self.memo
-        if memo is not None and not torch.is_grad_enabled() and memo.holds(self, weight):
+        memo, record = self.memo, self.record
+        # CallMemo.holds, inline: every projection call of every step runs this.
+        if (memo is not None and memo.weight_ref() is weight and memo.source is record.source
+                and memo.status == self.status and memo.layout is record.layout
+                and memo.config is self.context.config and memo.table is self.context.table
+                and not torch.is_grad_enabled()):
             call = memo.calls.get((input.shape, input.dtype, input.device))
             if call is not None:
                 if call.fn is None:
                     self.context.counters[call.counter_key] += 1
                     return F.linear(input, weight, bias)
-                packed = self.record.tensors(module, weight)  # the source check, before every use
+                packed = record.tensors(module, weight)  # the source check, before every use
                 if packed is not None:
                     self.context.counters[call.counter_key] += 1
                     if call.direct:
-                        out = call.fn(input, *packed, weight.shape[0])
+                        out = call.fn(input, *packed, *call.tail)
                     else:
                         out = _run(call.fn, input, packed, call.rows, call.bucket, weight.shape[0])
                     return out if bias is None else out.add_(bias)
@@ -273,22 +277,26 @@ class ModuleRoute:
                                     packed_layout=packed_layout)
         counter_key = (self.projection, route, NO_BUCKET if bucket is None else str(bucket))
         context.counters[counter_key] += 1
-        if route == Route.PACKED_EAGER:
+        # The eager body takes the input as it is when there is no padding to a bucket.
+        direct = route == Route.PACKED_EAGER and bucket == rows
+        tail = (weight.shape[0],)
+        if direct:
+            fn, tail = eager_call(packed_layout.name, weight.shape[0], weight.shape[1])
+            operands = packed
+        elif route == Route.PACKED_EAGER:
             fn, operands = eager_body(packed_layout.name), packed
         elif route in COMPILED_ROUTES:
             fn, operands = context.compiled.get(key), (weight,) if key.mode == Mode.ROW_MAJOR else packed
         else:
             if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
                 self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, None,
-                                                                                             bucket, rows, False)
+                                                                                             bucket, rows, False, ())
             return F.linear(input, weight, bias)
-        # The eager body takes the input as it is when there is no padding to a bucket.
-        direct = route == Route.PACKED_EAGER and bucket == rows
         if route in MEMO_ROUTES and not torch.is_grad_enabled():
             self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, fn, bucket, rows,
-                                                                                         direct)
+                                                                                         direct, tail)
         if direct:
-            out = fn(input, *operands, weight.shape[0])
+            out = fn(input, *operands, *tail)
         else:
             out = _run(fn, input, operands, rows, bucket, weight.shape[0])
         return out if bias is None else out.add_(bias)
@@ -316,13 +324,15 @@ MEMO_ROUTES = frozenset((Route.PACKED_EAGER, Route.PACKED_COMPILED, Route.ROW_MA
 
 class MemoCall(NamedTuple):
     """A memoised decision: its counter key, the packed callable (None: row-major F.linear), and
-    whether it takes the input as it is (direct) or through :func:`_run`'s flatten and padding."""
+    whether it takes the input as it is (direct: ``fn(input, *packed, *tail)``,
+    :func:`bodies.eager_call`) or through :func:`_run`'s flatten and padding."""
 
     counter_key: tuple[str, str, str]
     fn: Callable | None
     bucket: int
     rows: int
     direct: bool
+    tail: tuple
 
 
 class CallMemo:

@@ -217,6 +217,24 @@ def test_an_input_of_any_rank_is_its_rows(native, quant, group_size):
     assert call(x[:0].view(0, 1, K)).shape == (0, 1, N)
 
 
+@pytest.mark.parametrize("quant,group_size", [pytest.param(None, 0, id="bf16"), *QUANT])
+def test_the_eager_routes_direct_entry_is_the_op_itself(native, quant, group_size):
+    """kernels.rvv.direct_op: the op's own callable with its trailing arguments, as the eager route
+    calls it (fn(input, *packed, *tail)), gives the bits of the op called through torch.ops."""
+    from sglang_rvv.kernels import rvv
+
+    weight, x = _randn(N, K, seed=17), _randn(1, 1, K, seed=18)
+    if quant is None:
+        packed = (native.pack_bf16_weight(weight, VERSION),)
+        through_ops = native.packed_bf16_linear(x, *packed, N, VERSION)
+    else:
+        packed = _pack(native, quant, weight, group_size)
+        through_ops = _linear(native, quant, x, packed, N, K)
+    fn, tail = rvv.direct_op("bf16" if quant is None else quant.name, N, K)
+    assert not hasattr(fn, "__code__")  # no Python frame between the route and the kernel's entry
+    assert torch.equal(_bits(fn(x, *packed, *tail)), _bits(through_ops))
+
+
 @pytest.mark.parametrize("quant,group_size", QUANT)
 def test_special_values(native, quant, group_size):
     """NaN and infinities in the input reach exactly the outputs an fp64 reference says; NaN is 0x7FC0."""

@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -56,6 +57,20 @@ def linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features: int) 
 
 # Inductor keeps the native op as an extern kernel call; its fake kernel gives the shapes.
 decompose = linear
+
+
+def direct_op(name: str, out_features: int, in_features: int) -> tuple[Callable, tuple]:
+    """The eager route's call of layout ``name``: the native op's C++ callable and the arguments
+    after the packed tensors, so ``fn(input, *packed, *tail)``. ``torch.ops`` wraps that callable
+    in two Python ``__call__`` frames (the overload packet's and the overload's): about 8.5 k of
+    the 20 k instructions a bare op call costs under emulation, on every projection call."""
+    if name == "bf16":
+        op, tail = torch.ops.sglang_rvv_native.packed_bf16_linear.default, (out_features, layout.LAYOUT_VERSION)
+    else:
+        quant = layout.quant_layout(name)
+        op = getattr(torch.ops.sglang_rvv_native, f"packed_{name}_linear").default
+        tail = (out_features, in_features, quant.version)
+    return getattr(op, "_op", op), tail  # _op: the overload's own callable (torch/_ops.py)
 
 
 def layout_refusal(name: str) -> str | None:
