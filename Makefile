@@ -33,7 +33,8 @@ help:
 	@echo "make bench-serve - sglang one_batch, flag off vs on, on a Llama-3.2-1B-shaped model"
 	@echo "make board-gate - the board model's count gates for every layout (make test: bf16)"
 	@echo "make board-model - count decode steps of the board models' shapes under qemu (riscv64 runtime image) and"
-	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR)"
+	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR;"
+	@echo "              SERVING=MODEL_DIR: SGLang's serving loop of that checkpoint too, every process, per token)"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
 	@echo "              (REPLICAS=N: N appliances on their own CPUs behind the gateway, smg, on the same port;"
@@ -90,7 +91,7 @@ bench: venv count-setup
 
 # Like the suite, it prints only its run directory on stdout. Needs the riscv64 runtime image.
 board-model: venv count-setup
-	@$(PY) -m sglang_rvv.boardmodel $(if $(RUN),--run-dir $(RUN))
+	@$(PY) -m sglang_rvv.boardmodel $(if $(RUN),--run-dir $(RUN)) $(if $(SERVING),--serving $(SERVING))
 
 # The board model's gates for every layout (make test gates bf16 only: each layout is one more
 # counted process under qemu).

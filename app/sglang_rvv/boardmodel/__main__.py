@@ -55,7 +55,8 @@ def workloads(shapes, layouts) -> list[run.Workload]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sglang_rvv.boardmodel", description=__doc__)
-    parser.add_argument("--shapes", nargs="+", default=list(BENCH_SHAPES))
+    parser.add_argument("--shapes", nargs="*", default=list(BENCH_SHAPES),
+                        help="the shapes whose decode steps are counted (none: --serving alone)")
     parser.add_argument("--layouts", nargs="+", default=list(WEIGHT_DTYPES), choices=WEIGHT_DTYPES)
     parser.add_argument("--run-dir", type=Path, help="write into this run directory (default: "
                                                       "results/<host>/<UTC timestamp>)")

@@ -149,7 +149,10 @@ def serve_and_mark(executable: Path, model_dir: Path, scratch: Path, port: int, 
     command = [str(executable), str(GUEST), "--model-path", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), *cpu_server_args(max_total_tokens=256),
                "--enable-cpu-rvv-inductor", "--cpu-compile-mode", "off", "--no-cpu-rvv-warmup",
-               "--skip-server-warmup", "--log-level", "warning", *stack.get("sglang_args", [])]
+               "--skip-server-warmup", "--log-level", "warning",
+               # A first forward of a board-sized model runs for minutes under the counter: past
+               # the scheduler's watchdog (300 s), which would end the server.
+               "--watchdog-timeout", str(int(REQUEST_TIMEOUT * 4)), *stack.get("sglang_args", [])]
     server_env = {**environment(), **stack.get("sglang_env", {}), "SGLANG_RVV_COUNT_EXECUTABLE": str(executable),
                   "SGLANG_RVV_COUNT_DIR": str(scratch), "SGLANG_USE_CPU_ENGINE": "1", **(env or {})}
     say = log or (lambda text: None)
