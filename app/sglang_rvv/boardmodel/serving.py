@@ -36,7 +36,7 @@ from .run import environment
 from .tool import Tool, ToolError, lock
 
 GUEST = Path(__file__).with_name("serving_guest.py")
-PROMPT = "The quick brown fox jumps over the lazy dog. " * 2
+PROMPT = "The capital of France is"  # short: a board-sized prefill under the counter takes minutes a token
 ROLES = ("http", "scheduler", "detokenizer")
 MARKS = 4  # before the idle window, after it, after the short request, after the long one
 IDLE_SECONDS = 60.0
