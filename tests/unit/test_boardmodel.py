@@ -231,6 +231,7 @@ def test_a_served_token_is_the_long_request_less_the_short_one_and_the_idle_rate
     scheduler = out["scheduler"]
     assert scheduler["idle_per_second"]["interpreter"]["insns"] == pytest.approx(100_000)
     assert scheduler["per_token"]["interpreter"]["insns"] == pytest.approx(9_750_000)
+    assert scheduler["per_token_raw"]["interpreter"]["insns"] == pytest.approx(10_000_000)
     assert scheduler["per_token"]["kernel"]["insns"] == 0
     (tmp_path / "13.json").write_text('{"pid": 13, "role": "detokenizer", "marks": 3}')
     with pytest.raises(tool.ToolError, match="no counts of the server's detokenizer"):
@@ -244,11 +245,13 @@ def test_the_report_shows_the_served_token_per_process(tmp_path):
     step = {name: zero() for name in counts.COMPONENT_NAMES}
     step["kernel"], step["torch"], step["interpreter"] = zero(insns=7_500_000), zero(insns=3_600_000), \
         zero(insns=2_900_000)
+    http = {**step, "kernel": zero(), "torch": zero()}
     served = priced_serving({"model": "tiny-llama", "short": 4, "long": 12, "processes": {
-        "scheduler": {"per_token": step}, "http": {"per_token": {**step, "kernel": zero(), "torch": zero()}}}})
+        "scheduler": {"per_token": step, "per_token_raw": {**step, "interpreter": zero(insns=3_900_000)}},
+        "http": {"per_token": http, "per_token_raw": http}}})
     assert served["processes"]["scheduler"]["outside_kernel_insns"] == 6_500_000
     # 6.5 M instructions at IPC 0.7 and 1.6 GHz: 5.8 ms on one core
     assert served["processes"]["scheduler"]["rest_seconds"] == pytest.approx(6.5e6 / 0.7 / 1.6e9)
     text = board.serving_section(served)
-    assert "| scheduler | 7.50 | 3.60 | 2.90 | 0.00 | 6.50 | 5.8 |" in text
-    assert "| http | 0.00 | 0.00 | 2.90 | 0.00 | 2.90 |" in text
+    assert "| scheduler | 7.50 | 3.60 | 2.90 | 0.00 | 6.50 | 7.50 | 5.8 |" in text
+    assert "| http | 0.00 | 0.00 | 2.90 | 0.00 | 2.90 | 2.90 |" in text

@@ -41,6 +41,8 @@ def priced_serving(result: dict) -> dict:
     for values in result["processes"].values():
         seconds = model.predict(values["per_token"], 0)["component_seconds"]
         values["outside_kernel_insns"] = sum(v["insns"] for name, v in values["per_token"].items() if name != "kernel")
+        values["outside_kernel_insns_raw"] = sum(v["insns"] for name, v in values["per_token_raw"].items()
+                                                 if name != "kernel")
         values["rest_seconds"] = sum(v for name, v in seconds.items() if name != "kernel")
     return result
 

@@ -213,10 +213,12 @@ def _wait_healthy(server: subprocess.Popen, port: int, scratch: Path) -> None:
 
 
 def _attribute(scratch: Path, short: int, long: int, phases: dict[str, float]) -> dict[str, dict]:
-    """Per role: the idle window's and both requests' counts, and the per-token cost: the long
-    request's count less the short one's, less what the process runs idle in the extra wall time
-    the long request took (the idle window's rate), over the extra tokens. Under qemu a token
-    takes seconds, so a process that wakes on a timer would otherwise look costly per token."""
+    """Per role: the idle window's and both requests' counts, and the per-token cost two ways.
+    ``per_token_raw``: the long request's count less the short one's, over the extra tokens; an
+    upper bound, since under qemu a token takes seconds and whatever runs on a timer (the
+    watchdog and heartbeat threads, the HTTP server's event loop) counts with it. ``per_token``:
+    less the idle window's rate over the extra wall time; a lower bound, since a busy process
+    does not also run its idle loop (a component can come out below zero)."""
     out = {}
     extra_seconds = phases["request2"] - phases["request1"]
     for pid, info in sorted(_registered(scratch).items()):
@@ -226,13 +228,15 @@ def _attribute(scratch: Path, short: int, long: int, phases: dict[str, float]) -
         tables = counts.parse_tables((scratch / f"{pid}.count").read_text(), maps)
         idle, first, second = (tables[str(n + 1)].minus(tables[str(n)]).by_component() for n in (1, 2, 3))
         per_second = {name: {key: v[key] / phases["idle"] for key in counts.FIELDS} for name, v in idle.items()}
-        per_token = {name: {key: (second[name][key] - first[name][key] - per_second[name][key] * extra_seconds)
-                            / (long - short) for key in counts.FIELDS} for name in idle}
+        raw = {name: {key: (second[name][key] - first[name][key]) / (long - short) for key in counts.FIELDS}
+               for name in idle}
+        per_token = {name: {key: raw[name][key] - per_second[name][key] * extra_seconds / (long - short)
+                            for key in counts.FIELDS} for name in idle}
         role = info["role"]
         if role in out:
             raise ToolError(f"two processes of the counted server have the role {role}")
         out[role] = {"pid": pid, "idle_per_second": per_second, "short_request": first, "long_request": second,
-                     "per_token": per_token}
+                     "per_token": per_token, "per_token_raw": raw}
     missing = [role for role in ROLES if role not in out]
     if missing:
         raise ToolError(f"no counts of the server's {', '.join(missing)}: its process did not mark")
