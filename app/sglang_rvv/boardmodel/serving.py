@@ -8,15 +8,15 @@ a warm-up request the host signals every registered process (SIGUSR2: each write
 the server idle for a minute, marks again, serves a streamed request of ``short`` new tokens, marks
 again, serves one of ``long``, and marks a fourth time. For each process, the difference of two
 marks is one phase's count: a request's is its fixed cost + tokens x per-token cost + what the
-process runs on timers meanwhile, at the idle window's rate per second, so
+process runs on timers meanwhile (watchdog and heartbeat threads, an event loop: under qemu a
+token takes seconds), so a token is given two ways (:func:`_attribute`):
 
-    per token = (count(long) - count(short) - idle rate x (seconds(long) - seconds(short)))
-                / (long - short)
+    upper bound: (count(long) - count(short)) / (long - short)
+    lower bound: the same, less the idle window's rate x (seconds(long) - seconds(short)) / (long - short)
 
 The policy runs its eager packed route (no Inductor compile: the counting qemu cannot run the
 rootfs's compiler, since qemu-user hands every execve to the host), as the policy-forward workload
-does. The scheduler sleeps when idle (``--sleep-on-idle``), so the time between a request's end
-and the next mark adds little; the result keeps both requests' counts beside the per-token figure.
+does. The result keeps every phase's counts beside the per-token figures.
 """
 
 from __future__ import annotations
