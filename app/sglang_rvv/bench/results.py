@@ -9,8 +9,9 @@
         serving/<mode>-c<N>.json       one concurrency level: every request's timings
         kernel/linear.json             the Linear microbenchmark (bench/linear.py --json): the kernel
                                        facts, then one entry of ``runs`` per thread count
-        layouts/linear.json            the same per weight layout (bench/layouts.py --json): one row
-                                       per (projection, layout, M), or its ``not_available`` reason
+        layouts/linear.json            the same per weight layout (bench/layouts.py --json): per
+                                       thread count, one row per (projection, layout, M), or its
+                                       ``not_available`` reason
         hf_generate/generate.json      Hugging Face generate, both modes: raw times, output ids
         fleet/<layout>-c<N>.json       one concurrency level through one URL (a server, or the
                                        gateway in front of two): its CPU split, every request's timings
