@@ -71,8 +71,12 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
     if platform.machine() != "riscv64":  # no native kernels and no cpuinfo isa line here
         assert kernel["provider"] == "generic"
         assert (kernel["kernel_isa"], kernel["vlen"], kernel["isa"]) == (None, None, None)
-    # Every layout has its M=1 cell (--quick: o_proj), measured or named as not available.
-    cells = run.of("layouts")["linear"]["results"]
+    # Every layout has its M=1 cell (--quick: o_proj), measured or named as not available, at the
+    # kernel step's thread counts (here the one count every step runs at).
+    layout_runs = run.of("layouts")["linear"]["runs"]
+    assert [entry["threads"] for entry in layout_runs] == (threads or [prov["omp_num_threads"]])
+    assert all(entry["cpus"] for entry in layout_runs)
+    cells = layout_runs[0]["results"]
     assert [(c["projection"], c["weight_dtype"], c["rows"]) for c in cells] == [
         ("o_proj", dtype, 1) for dtype in ("bf16", "int8", "int4")]
     assert cells[0]["bytes_per_call"] == 2048 * 2048 * 2 and cells[0]["packed_gbs"] > 0
