@@ -364,6 +364,7 @@ class CallMemo:
         self.calls: dict[tuple, MemoCall] = {}
 
     def holds(self, route: ModuleRoute, weight: torch.Tensor) -> bool:
+        # ModuleRoute.__call__ runs these same checks inline (its hot path): change both together.
         return (self.weight_ref() is weight and self.source is route.record.source and self.status == route.status
                 and self.layout is route.record.layout and self.config is route.context.config
                 and self.table is route.context.table)

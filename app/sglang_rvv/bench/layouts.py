@@ -209,16 +209,15 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(projections) - set(LLAMA_3_2_1B)
     if unknown:
         sys.exit(f"unknown projection(s) {sorted(unknown)}; choose from {list(LLAMA_3_2_1B)}")
-    counts = args.threads or [torch.get_num_threads()]
-    if len(counts) > 1:
-        argv = ["--weight-dtypes", ",".join(args.weight_dtypes), "--projections", args.projections,
-                "--rows", args.rows, "--min-time", str(args.min_time)]
-        runs = [run for document in threads.run_each("layouts", argv, counts) for run in document["runs"]]
-    else:
-        torch.set_num_threads(counts[0])
+    def here() -> dict:
         rows_list = [int(r) for r in args.rows.split(",")]
-        runs = [{**threads.this_run(), "results": measure(args.weight_dtypes, projections, rows_list, args.min_time)}]
-        print(format_table(runs[0]["results"]), flush=True)
+        results = measure(args.weight_dtypes, projections, rows_list, args.min_time)
+        print(format_table(results), flush=True)
+        return {**threads.this_run(), "results": results}
+
+    argv = ["--weight-dtypes", ",".join(args.weight_dtypes), "--projections", args.projections,
+            "--rows", args.rows, "--min-time", str(args.min_time)]
+    runs = threads.runs("layouts", argv, args.threads or [torch.get_num_threads()], here)
     if args.json:
         args.json.write_text(json.dumps({**kernel_facts(), "runs": runs}, indent=1))
     return 0

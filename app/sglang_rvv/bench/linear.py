@@ -172,17 +172,12 @@ def _measure(kind: str, n: int, k: int, rows: int, linears, min_time: float) -> 
     return dict(projection=kind, n=n, k=k, rows=rows, **best)
 
 
-def _run_each(args: argparse.Namespace, counts: list[int]) -> list[dict]:
-    """Every thread count in a fresh pinned process of its own (:mod:`.threads`), their tables printed
-    as they go; their runs, in order."""
-    argv = ["--projections", args.projections, "--rows", args.rows, "--min-time", str(args.min_time)]
-    runs = [run for document in threads.run_each("linear", argv, counts) for run in document["runs"]]
+def _print_m1_by_threads(runs: list[dict]) -> None:
     m1 = [(r["threads"], m1_gbs(r["results"])) for r in runs]
     if all(gbs["compiled"] is not None for _, gbs in m1):
         for name, label in (("compiled", "packed compiled"), ("linear", "F.linear")):
             print(f"# M=1 {label} GB/s by threads: " + ", ".join(f"{t}: {gbs[name]:.2f}" for t, gbs in m1),
                   flush=True)
-    return runs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,11 +186,10 @@ def run(args: argparse.Namespace) -> int:
         sys.exit(f"unknown projection(s) {sorted(unknown)}; choose from {list(LLAMA_3_2_1B)}")
     counts = args.threads or [torch.get_num_threads()]
     facts = kernel_facts()
-    if len(counts) > 1:
-        runs = _run_each(args, counts)
-    else:
-        torch.set_num_threads(counts[0])
-        runs = [_run_here(args, facts)]
+    argv = ["--projections", args.projections, "--rows", args.rows, "--min-time", str(args.min_time)]
+    runs = threads.runs("linear", argv, counts, lambda: _run_here(args, facts))
+    if len(counts) > 1:  # each child printed its own table as it went
+        _print_m1_by_threads(runs)
     if args.json:
         args.json.write_text(json.dumps({**facts, "runs": runs}, indent=1))
     return 0

@@ -8,7 +8,7 @@ do, instead of whichever four cores the scheduler picked. A count is pinned to t
 ``count`` CPUs of this process's affinity mask; a count larger than the mask runs unpinned (on
 every CPU of the mask) and its run says so (``cpus`` is the child's own mask, read back).
 
-Standard library only, beside :mod:`.results`.
+Standard library only at import (torch is imported where a run needs it), beside :mod:`.results`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -52,6 +53,18 @@ def run_each(step: str, argv: list[str], counts: list[int]) -> list[dict]:
                 sys.exit(f"the {step} run at threads={count} failed with exit code {code}")
             documents.append(json.loads(out.read_text()))
     return documents
+
+
+def runs(step: str, argv: list[str], counts: list[int], here: Callable[[], dict]) -> list[dict]:
+    """A step's runs, one per thread count: several counts each in a pinned process of its own
+    (:func:`run_each`, whose children run ``step`` with one count), one count in this process
+    (``here()``, at that count)."""
+    if len(counts) > 1:
+        return [run for document in run_each(step, argv, counts) for run in document["runs"]]
+    import torch
+
+    torch.set_num_threads(counts[0])
+    return [here()]
 
 
 def this_run() -> dict:
