@@ -36,7 +36,8 @@ import torch
 from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
-NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention")
+NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention",
+              "decode_attention_paged")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
@@ -70,8 +71,8 @@ def available() -> tuple[bool, str]:
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox and decode_attention from the rvv kernel "
-                  f"library ({provider.NAME})")
+    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox and decode_attention (paged too) from the "
+                  f"rvv kernel library ({provider.NAME})")
 
 
 def servable(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:
@@ -141,6 +142,35 @@ def attention_servable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> boo
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """softmax(q k^T * scale) v for one query per head ([batch, 1, q_heads, d]: kernels.h's order)."""
     return torch.ops.sglang_rvv_native.decode_attention(q, k, v, scale)
+
+
+def paged_attention_servable(q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                             req_to_token: torch.Tensor, pool: torch.Tensor, seq_lens: torch.Tensor) -> bool:
+    """Whether :func:`decode_attention_paged` may take SGLang's decode: bfloat16 q and out [batch,
+    q_heads, d] and caches [rows, kv_heads, d] on the CPU outside autograd, q_heads a multiple of
+    kv_heads, contiguous last dims; an int32 req_to_token and int64 pool indices and seq_lens, all
+    contiguous. (The kernel checks every index itself.)"""
+    bf16 = torch.bfloat16
+    if not (q.dtype is bf16 and out.dtype is bf16 and k_cache.dtype is bf16 and v_cache.dtype is bf16 and q.is_cpu
+            and k_cache.is_cpu and req_to_token.is_cpu and pool.is_cpu and seq_lens.is_cpu):
+        return False
+    if q.dim() != 3 or k_cache.dim() != 3 or out.shape != q.shape or v_cache.shape != k_cache.shape:
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad or v_cache.requires_grad):
+        return False
+    kv_heads = k_cache.shape[1]
+    return (kv_heads > 0 and q.shape[1] % kv_heads == 0 and q.shape[2] == k_cache.shape[2]
+            and q.stride(2) == 1 and out.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1
+            and req_to_token.dtype is torch.int32 and pool.dtype is torch.int64 and seq_lens.dtype is torch.int64
+            and req_to_token.is_contiguous() and pool.is_contiguous() and seq_lens.is_contiguous())
+
+
+def decode_attention_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, req_to_token: torch.Tensor,
+                           pool: torch.Tensor, seq_lens: torch.Tensor, scale: float, out: torch.Tensor) -> None:
+    """:func:`decode_attention` over SGLang's paged KV cache, into ``out`` [batch, q_heads, d]:
+    batch row b attends to cache rows ``req_to_token[pool[b], :seq_lens[b]]``, the same bits as
+    over those rows gathered, without the gather."""
+    torch.ops.sglang_rvv_native.decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, scale, out)
 
 
 _ABSENT = object()

@@ -61,6 +61,9 @@ ROTARY_SHAPES = ((1, 16, 8, 1, 128, 1), (1, 9, 3, 7, 64, 1), (2, 4, 2, 3, 32, 2)
 # Decode attentions as (batch, q heads, kv heads, keys, head dim): Qwen3-0.6B's second step, a
 # context past VLMAX keys at every VLEN, SmolLM2's GQA of 3, a batch, and one key without GQA.
 ATTENTION_SHAPES = ((1, 16, 8, 6, 128), (1, 4, 2, 70, 64), (1, 9, 3, 7, 64), (2, 4, 2, 5, 32), (1, 2, 2, 1, 16))
+# SGLang's paged decode attentions as (q heads, kv heads, keys of each request, head dim): Qwen3-0.6B
+# with two requests, one past VLMAX keys at every VLEN, and SmolLM2's GQA of 3 with a one-key request.
+PAGED_SHAPES = ((16, 8, (6, 70), 128), (9, 3, (7, 1), 64))
 FUSED_MIN_SQNR_DB = 40.0  # one BF16 rounding of FP32 arithmetic: ~50 dB; exp's few ulp do not show
 
 
@@ -113,6 +116,8 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
               for shape in ROTARY_SHAPES]
     cases += [(f"attention {'x'.join(map(str, shape))}", lambda shape=shape: check_attention(*shape))
               for shape in ATTENTION_SHAPES]
+    cases += [(f"paged attention {q}x{kv}x{'+'.join(map(str, lengths))}x{d}",
+               lambda shape=(q, kv, lengths, d): check_paged_attention(*shape)) for q, kv, lengths, d in PAGED_SHAPES]
     if mode == "full":
         cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf)]
     cases += [(f"error {name}", lambda name=name: check_error(name)) for name in ERRORS]
@@ -211,6 +216,29 @@ def check_attention(batch: int, q_heads: int, kv_heads: int, keys: int, d: int) 
         ref = (torch.softmax(q.double() @ kf.transpose(-1, -2) * d ** -0.5, dim=-1) @ vf).transpose(1, 2)
         result["sqnr_db"] = round(sqnr_db(out, ref), 1)
     return result
+
+
+def check_paged_attention(q_heads: int, kv_heads: int, lengths: tuple[int, ...], d: int) -> dict:
+    """SGLang's paged cache: each request's keys are rows scattered over a cache twice as long; the
+    result is the decode attention over the same rows gathered, bit for bit."""
+    from sglang_rvv.fused import decode_attention, decode_attention_paged
+
+    seed, batch, rows = q_heads * 101 + d, len(lengths), 2 * sum(lengths) + 5
+    k_cache, v_cache = _randn(rows, kv_heads, d, seed=seed + 1) * 2, _randn(rows, kv_heads, d, seed=seed + 2) * 2
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed)).to(torch.int32)
+    req_to_token = torch.zeros(batch + 1, max(lengths) + 3, dtype=torch.int32)
+    pool = torch.arange(1, batch + 1, dtype=torch.int64)
+    for b, n in enumerate(lengths):
+        req_to_token[pool[b], :n] = order[sum(lengths[:b]):sum(lengths[:b + 1])]
+    q = _randn(batch, q_heads, d, seed=seed)
+    out = torch.empty_like(q)
+    decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, torch.tensor(lengths), d ** -0.5, out)
+    same = []
+    for b, n in enumerate(lengths):
+        at = req_to_token[pool[b], :n].long()
+        k, v = k_cache[at].transpose(0, 1).unsqueeze(0), v_cache[at].transpose(0, 1).unsqueeze(0)
+        same.append(torch.equal(out[b], decode_attention(q[b:b + 1].unsqueeze(2), k, v, d ** -0.5).view(q_heads, d)))
+    return {"same_as_gathered": same, "digest": digest(out)}
 
 
 FUSED_CHECKS = {"norm": check_norm, "addnorm": check_addnorm, "silu_mul": check_silu_mul}

@@ -133,6 +133,79 @@ def test_decode_attention_keeps_a_nan_and_ignores_nothing(native):
     assert _sqnr_db(out[..., 2:, :], _attention_fp64(q, k, v, 0.25)[..., 2:, :]) > 45
 
 
+def _paged(q_heads: int, kv_heads: int, lengths: tuple[int, ...], d: int, seed: int):
+    """SGLang's decode over a paged cache: each batch row's keys are rows scattered over a cache
+    twice as long, listed in req_to_token at its pool index (rows 1..batch; row 0 unused)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, batch = 2 * sum(lengths) + 5, len(lengths)
+    k_cache, v_cache = _randn(rows, kv_heads, d, seed=seed + 1) * 2, _randn(rows, kv_heads, d, seed=seed + 2) * 2
+    order = torch.randperm(rows, generator=generator).to(torch.int32)
+    req_to_token = torch.zeros(batch + 1, max(lengths) + 3, dtype=torch.int32)
+    pool = torch.arange(1, batch + 1, dtype=torch.int64)
+    taken = 0
+    for b, n in enumerate(lengths):
+        req_to_token[pool[b], :n] = order[taken:taken + n]
+        taken += n
+    return _randn(batch, q_heads, d, seed=seed), k_cache, v_cache, req_to_token, pool, torch.tensor(lengths)
+
+
+@pytest.mark.parametrize("q_heads,kv_heads,lengths,d", [
+    (16, 8, (6,), 128),      # Qwen3-0.6B, one request
+    (16, 8, (6, 300), 128),  # two requests, one of many vector chunks of keys
+    (9, 3, (7, 1, 20), 64),  # SmolLM2's GQA of 3, a request of one key
+])
+def test_paged_decode_attention_is_the_gathered_one(native, q_heads, kv_heads, lengths, d):
+    """Over SGLang's paged cache the kernel gives, without a gather, the same bits as over each
+    request's keys gathered (torch_native's k_cache[req_to_token[...]])."""
+    q, k_cache, v_cache, req_to_token, pool, seq_lens = _paged(q_heads, kv_heads, lengths, d, seed=d + len(lengths))
+    out = torch.full_like(q, float("nan"))
+    fused.decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, d ** -0.5, out)
+    for b, n in enumerate(lengths):
+        rows = req_to_token[pool[b], :n].long()
+        k, v = k_cache[rows].transpose(0, 1).unsqueeze(0), v_cache[rows].transpose(0, 1).unsqueeze(0)
+        gathered = native.decode_attention(q[b:b + 1].unsqueeze(2), k, v, d ** -0.5)
+        assert torch.equal(out[b], gathered.view(q_heads, d)), b
+    assert fused.paged_attention_servable(q, out, k_cache, v_cache, req_to_token, pool, seq_lens)
+    assert not fused.paged_attention_servable(q, out, k_cache, v_cache, req_to_token.long(), pool, seq_lens)
+
+
+def test_sglang_torch_native_decode_runs_the_paged_kernel(native, monkeypatch):
+    """SGLang's own torch_native decode loop (gather, then torch's sdpa per request) and the hook's
+    paged kernel agree within one BF16 rounding; what the kernel does not cover (a sliding window)
+    runs SGLang's loop. The hook replaces the method once, however often it is installed."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    sglang_loop = TorchNativeAttnBackend._run_sdpa_forward_decode
+    monkeypatch.setattr(TorchNativeAttnBackend, "_run_sdpa_forward_decode", sglang_loop)
+    srt_fused._give_paged_decode()
+    srt_fused._give_paged_decode()
+    hooked = TorchNativeAttnBackend._run_sdpa_forward_decode
+    assert hooked.sglang_rvv_original is sglang_loop
+    q, k_cache, v_cache, req_to_token, pool, seq_lens = _paged(16, 8, (6, 40), 128, seed=3)
+    calls = []
+    monkeypatch.setattr(fused, "decode_attention_paged",
+                        lambda *args: calls.append(1) or native.decode_attention_paged(*args))
+    backend = object.__new__(TorchNativeAttnBackend)
+    ours, theirs = torch.empty_like(q), torch.empty_like(q)
+    hooked(backend, q, ours, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1, enable_gqa=True)
+    sglang_loop(backend, q, theirs, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1, enable_gqa=True)
+    assert calls == [1] and _sqnr_db(ours, theirs.double()) > 40
+    windowed = torch.empty_like(q)
+    hooked(backend, q, windowed, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1, enable_gqa=True,
+           sliding_window_size=4)
+    assert calls == [1] and not torch.equal(windowed, ours)
+
+
+def _paged_call(change: dict):
+    args = dict(zip(("q", "k_cache", "v_cache", "req_to_token", "pool", "seq_lens"),
+                    _paged(4, 2, (3, 5), 8, seed=1), strict=True))
+    args.update(change)
+    out = torch.empty_like(args["q"])
+    return lambda n: n.decode_attention_paged(*args.values(), 1.0, out)
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda n: n.rmsnorm(torch.ones(4, 8), torch.ones(8, dtype=torch.bfloat16), 1e-6), "expects a bfloat16 input"),
     (lambda n: n.rmsnorm(torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(6, dtype=torch.bfloat16), 1e-6),
@@ -154,8 +227,13 @@ def test_decode_attention_keeps_a_nan_and_ignores_nothing(native):
                                   torch.ones(1, 2, 4, 8, dtype=torch.bfloat16), 1.0), "q_heads a multiple of kv_heads"),
     (lambda n: n.decode_attention(torch.ones(1, 2, 1, 8, dtype=torch.bfloat16), torch.ones(1, 2, 4, 8),
                                   torch.ones(1, 2, 4, 8), 1.0), "expects bfloat16 q, k and v"),
+    (_paged_call({"req_to_token": torch.full((3, 8), 40, dtype=torch.int32)}), "key 0 is cache row 40, outside"),
+    (_paged_call({"seq_lens": torch.tensor([3, 9])}), "batch row 1 has pool index 2 .of 3. and 9 keys .1 to 8."),
+    (_paged_call({"pool": torch.tensor([1, 3])}), "batch row 1 has pool index 3"),
+    (_paged_call({"req_to_token": torch.zeros(3, 8, dtype=torch.int64)}), "expects a contiguous int32 req_to_token"),
+    (_paged_call({"k_cache": torch.ones(21, 3, 8, dtype=torch.bfloat16)}), "q_heads a multiple of kv_heads"),
 ], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided", "odd head", "short table", "gqa ratio",
-        "float kv"])
+        "float kv", "paged slot", "paged length", "paged pool", "paged int64 table", "paged cache shape"])
 def test_bad_calls_raise_one_clear_line(native, call, message):
     with pytest.raises(RuntimeError, match=message):
         call(native)

@@ -9,6 +9,14 @@ post-residual addition, an FP32 residual, a variance over part of the row, a rot
 the head or not neox style, an FP32 cos/sin cache) goes to the op's own ``forward_cpu``. A
 subclass of RotaryEmbedding that brings its own forward (mrope, YaRN variants that override it)
 keeps it: only the class's own forward_cpu is replaced.
+
+The decode attention is the attention backend's, not a module's: torch_native (the backend the
+appliance serves with on the CPU) gathers each request's keys from the paged KV cache and runs
+torch's scalar sdpa per request, per layer. The hook replaces its decode loop
+(``TorchNativeAttnBackend._run_sdpa_forward_decode``, once per process, when a model with
+RadixAttention modules gets the kernels) with one paged kernel call per layer that reads the cache
+rows in place. A decode it does not cover (a sliding window, cross attention, an encoder, another
+dtype) runs the original loop.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from .. import fused
 _NORM = "sglang.srt.layers.layernorm.RMSNorm"
 _SILU = "sglang.srt.layers.activation.SiluAndMul"
 _ROTARY = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding"
+_RADIX = "sglang.srt.layers.radix_attention.RadixAttention"
 
 
 def _qualname(cls: type) -> str:
@@ -73,10 +82,36 @@ def _own_rotary(cls: type) -> bool:
     return False
 
 
+def _paged_decode(original):
+    def run(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, encoder_lens=None,
+            scaling=None, enable_gqa=False, causal=False, is_cross_attn=False, sliding_window_size=None):
+        if (encoder_lens is None and not causal and not is_cross_attn and sliding_window_size is None
+                and fused.paged_attention_servable(query, output, k_cache, v_cache, req_to_token, req_pool_indices,
+                                                   seq_lens)):
+            scale = scaling if scaling is not None else query.shape[-1] ** -0.5  # sdpa's default
+            fused.decode_attention_paged(query, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, scale,
+                                         output)
+            return output
+        return original(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                        encoder_lens, scaling, enable_gqa, causal, is_cross_attn, sliding_window_size)
+    run.sglang_rvv_original = original
+    return run
+
+
+def _give_paged_decode() -> None:
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    current = TorchNativeAttnBackend._run_sdpa_forward_decode
+    if not hasattr(current, "sglang_rvv_original"):
+        TorchNativeAttnBackend._run_sdpa_forward_decode = _paged_decode(current)
+
+
 def install_sglang(model: torch.nn.Module) -> Counter:
     given: Counter = Counter()
     for module in model.modules():
         name = _qualname(type(module))
+        if name == _RADIX:
+            given["attention"] += 1
         if _own_rotary(type(module)) and hasattr(module, "cos_sin_cache"):
             fused.give_forward(module, _rotary_forward, attr="_forward_method")
             given["rotary"] += 1
@@ -86,4 +121,6 @@ def install_sglang(model: torch.nn.Module) -> Counter:
         elif name == _SILU:
             fused.give_forward(module, _silu_forward, attr="_forward_method")
             given["silu_mul"] += 1
+    if given["attention"]:
+        _give_paged_decode()
     return given

@@ -143,6 +143,14 @@ struct AttentionArgs {
   int64_t q_heads, kv_heads, keys, d;
   int64_t qb, qh, kb, kh, kt, vb, vh, vt, ob, oh;
   float scale;
+  // SGLang's paged KV cache, when slots is set: k and v are the caches [cache rows, kv_heads, d]
+  // (kb = vb = 0), and batch row b attends to its lengths[b] keys, cache rows slots[pool[b] * ls
+  // + j] for j in order (`keys` is then the largest length). Key j's arithmetic is the same as at
+  // position j of a gathered [batch, kv_heads, keys, d] k and v, so the results are the same bits.
+  const int32_t* slots = nullptr;  // SGLang's req_to_token [requests, ls]
+  const int64_t* pool = nullptr;   // [batch]: the row of slots of each batch row
+  const int64_t* lengths = nullptr;  // [batch]
+  int64_t ls = 0;
 };
 
 // Rows [row_begin, row_end) of a call; calls on disjoint rows run in parallel.

@@ -14,6 +14,7 @@
 
 #include <sys/auxv.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -406,6 +407,62 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return out;
 }
 
+// One decode step's attention over SGLang's paged KV cache, in place of torch_native's gather and
+// sdpa per request: q [batch, q_heads, d]; k_cache and v_cache [cache rows, kv_heads, d] (any
+// strides but a contiguous last dim); batch row b attends to cache rows req_to_token[pool[b],
+// :seq_lens[b]]; out [batch, q_heads, d] is written. Every index is checked before any is read.
+void decode_attention_paged(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& req_to_token, const at::Tensor& pool, const at::Tensor& seq_lens,
+                            double scale, at::Tensor& out) {
+  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.sizes() == k_cache.sizes() && out.sizes() == q.sizes() &&
+                  q.size(2) == k_cache.size(2) && k_cache.size(1) > 0 && q.size(1) % k_cache.size(1) == 0,
+              "sglang_rvv_native::decode_attention_paged expects q and out [batch, q_heads, d] and k_cache, v_cache "
+              "[cache rows, kv_heads, d] with q_heads a multiple of kv_heads, got ", q.sizes(), ", ", out.sizes(),
+              ", ", k_cache.sizes(), " and ", v_cache.sizes());
+  for (const at::Tensor* t : {&q, &k_cache, &v_cache, static_cast<const at::Tensor*>(&out)}) {
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && (t->stride(2) == 1 || t->size(2) <= 1),
+                "sglang_rvv_native::decode_attention_paged expects bfloat16 q, caches and out with a contiguous "
+                "last dim, got ", t->scalar_type(), " strides ", t->strides());
+  }
+  const int64_t batch = q.size(0), rows = k_cache.size(0);
+  TORCH_CHECK(req_to_token.dim() == 2 && req_to_token.scalar_type() == at::kInt && req_to_token.is_contiguous() &&
+                  pool.dim() == 1 && pool.scalar_type() == at::kLong && pool.is_contiguous() && pool.size(0) == batch &&
+                  seq_lens.sizes() == pool.sizes() && seq_lens.scalar_type() == at::kLong && seq_lens.is_contiguous(),
+              "sglang_rvv_native::decode_attention_paged expects a contiguous int32 req_to_token [requests, "
+              "context] and contiguous int64 pool indices and seq_lens [batch], got ", req_to_token.scalar_type(),
+              " ", req_to_token.sizes(), ", ", pool.scalar_type(), " ", pool.sizes(), " and ", seq_lens.scalar_type(),
+              " ", seq_lens.sizes());
+  const int32_t* slots = req_to_token.data_ptr<int32_t>();
+  const int64_t* pools = pool.data_ptr<int64_t>();
+  const int64_t* lengths = seq_lens.data_ptr<int64_t>();
+  const int64_t requests = req_to_token.size(0), ls = req_to_token.size(1);
+  int64_t keys = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(pools[b] >= 0 && pools[b] < requests && lengths[b] >= 1 && lengths[b] <= ls,
+                "sglang_rvv_native::decode_attention_paged: batch row ", b, " has pool index ", pools[b],
+                " (of ", requests, ") and ", lengths[b], " keys (1 to ", ls, ")");
+    const int32_t* row = slots + pools[b] * ls;
+    for (int64_t j = 0; j < lengths[b]; ++j) {
+      TORCH_CHECK(row[j] >= 0 && row[j] < rows, "sglang_rvv_native::decode_attention_paged: batch row ", b,
+                  " key ", j, " is cache row ", row[j], ", outside the cache's ", rows);
+    }
+    keys = std::max(keys, lengths[b]);
+  }
+  if (out.numel() == 0) return;
+  AttentionArgs args{bf16_bits(q), bf16_bits(k_cache), bf16_bits(v_cache), bf16_bits_mut(out), q.size(1),
+                     k_cache.size(1), keys, q.size(2), q.stride(0), q.stride(1), 0, k_cache.stride(1),
+                     k_cache.stride(0), 0, v_cache.stride(1), v_cache.stride(0), out.stride(0), out.stride(1),
+                     static_cast<float>(scale)};
+  args.slots = slots;
+  args.pool = pools;
+  args.lengths = lengths;
+  args.ls = ls;
+  const AttentionKernel kernel = isa().attention;
+  for_rows(args, batch * q.size(1), keys * q.size(2), [&](const AttentionArgs& part, int64_t begin, int64_t end) {
+    kernel(part, begin, end, thread_scratch(keys));
+  });
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -423,6 +480,8 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("rotary_neox(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)");
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
+  m.def("decode_attention_paged(Tensor q, Tensor k_cache, Tensor v_cache, Tensor req_to_token, Tensor pool, "
+        "Tensor seq_lens, float scale, Tensor(a!) out) -> ()");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -439,4 +498,5 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("silu_mul", &sglang_rvv::silu_mul);
   m.impl("rotary_neox", &sglang_rvv::rotary_neox);
   m.impl("decode_attention", &sglang_rvv::decode_attention);
+  m.impl("decode_attention_paged", &sglang_rvv::decode_attention_paged);
 }

@@ -161,15 +161,23 @@ static inline void rotary_rows(const RotaryArgs& a, int64_t row_begin, int64_t r
   }
 }
 
-// row(q, k, v, out) for rows [row_begin, row_end) of a decode attention call (k and v: the row's
-// KV head): the walk both kernels take.
+// row(q, k, v, out, keys, slots) for rows [row_begin, row_end) of a decode attention call (k and
+// v: the row's KV head; slots: its keys' cache rows, or nullptr when key j is at row j): the walk
+// both kernels take.
 template <class Row>
 static inline void attention_rows(const AttentionArgs& a, int64_t row_begin, int64_t row_end, Row row) {
   const int64_t group = a.q_heads / a.kv_heads;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t b = r / a.q_heads, h = r % a.q_heads, g = h / group;
-    row(a.q + b * a.qb + h * a.qh, a.k + b * a.kb + g * a.kh, a.v + b * a.vb + g * a.vh, a.out + b * a.ob + h * a.oh);
+    const int32_t* slots = a.slots ? a.slots + a.pool[b] * a.ls : nullptr;
+    row(a.q + b * a.qb + h * a.qh, a.k + b * a.kb + g * a.kh, a.v + b * a.vb + g * a.vh, a.out + b * a.ob + h * a.oh,
+        a.slots ? a.lengths[b] : a.keys, slots);
   }
+}
+
+// Where key j's row starts, in elements from its head's first row.
+static inline int64_t key_row(const int32_t* slots, int64_t j, int64_t stride) {
+  return (slots ? static_cast<int64_t>(slots[j]) : j) * stride;
 }
 
 // The sum of kNormLanes chains, in order from +0.0f (kernels.h's RMSNorm order).
