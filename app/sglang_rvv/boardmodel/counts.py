@@ -42,31 +42,44 @@ def component_of(library: str) -> str:
 
 @dataclass
 class Maps:
-    """Executable mappings of the guest: sorted (start, end, library base name)."""
+    """Executable mappings of the guest: sorted (start, end, library base name), and for each the
+    mapped file's path and the file offset at ``start`` (``files``, in the same order)."""
 
     ranges: list[tuple[int, int, str]]
+    files: list[tuple[str, int]] = field(default_factory=list)
 
     @classmethod
     def parse(cls, text: str) -> Maps:
-        ranges = []
+        mappings = []
         for line in text.splitlines():
             parts = line.split(None, 5)
             if len(parts) < 5 or "x" not in parts[1]:
                 continue
             start, end = (int(v, 16) for v in parts[0].split("-"))
             path = parts[5].strip() if len(parts) == 6 else ""
-            ranges.append((start, end, Path(path).name if path.startswith("/") else path or "[anon]"))
-        if not ranges:
+            mappings.append((start, end, Path(path).name if path.startswith("/") else path or "[anon]",
+                             path, int(parts[2], 16)))
+        if not mappings:
             raise CountError("the guest's maps file has no executable mapping; the workload must "
                              "dump /proc/self/maps before it exits")
-        ranges.sort()
-        return cls(ranges)
+        mappings.sort()
+        return cls([m[:3] for m in mappings], [m[3:] for m in mappings])
+
+    def _index(self, address: int) -> int | None:
+        i = bisect.bisect_right(self.ranges, (address, float("inf"), "")) - 1
+        return i if i >= 0 and self.ranges[i][0] <= address < self.ranges[i][1] else None
 
     def library_of(self, address: int) -> str:
-        i = bisect.bisect_right(self.ranges, (address, float("inf"), "")) - 1
-        if i >= 0 and self.ranges[i][0] <= address < self.ranges[i][1]:
-            return self.ranges[i][2]
-        return "[unmapped]"
+        i = self._index(address)
+        return "[unmapped]" if i is None else self.ranges[i][2]
+
+    def file_offset(self, address: int) -> tuple[str, int] | None:
+        """(the mapped file's path, the offset of ``address`` in it), or None outside every file."""
+        i = self._index(address)
+        if i is None or not self.files[i][0].startswith("/"):
+            return None
+        path, offset = self.files[i]
+        return path, address - self.ranges[i][0] + offset
 
 
 @dataclass
@@ -102,13 +115,38 @@ class Counts:
         return sum(values[key] for values in self.libraries.values())
 
 
-def parse_tables(text: str, maps: Maps) -> dict[str, Counts]:
-    """{mark: Counts} of a plugin output file; vec_lmul is in units of LMUL 1 (LMUL 1/8 = 0.125,
-    kept exact by counting eighths until the end)."""
+def _table_lines(text: str) -> list[str]:
     lines = text.splitlines()
     if not lines or lines[0] != FORMAT:
         raise CountError(f"not a count table of format {FORMAT!r} (first line {lines[:1]}); "
                          "rebuild the plugin from app/sglang_rvv/boardmodel/plugin/count.c")
+    return lines
+
+
+def instructions_by_block(text: str) -> dict[str, dict[int, int]]:
+    """{mark: {block address: instructions executed}} of a plugin output file (cumulative)."""
+    tables: dict[str, dict[int, int]] = {}
+    mark = None
+    for line in _table_lines(text)[1:]:
+        if line.startswith("mark "):
+            mark = line[5:]
+            tables[mark] = {}
+        elif line == "end":
+            mark = None
+        elif mark is not None:
+            vaddr, n, _, _, execs = line.split()[:5]
+            address = int(vaddr, 16)
+            tables[mark][address] = tables[mark].get(address, 0) + int(n) * int(execs)
+    if mark is not None:
+        raise CountError(f"the count table of mark {mark} is cut short: the guest was killed "
+                         "before the plugin finished writing it")
+    return tables
+
+
+def parse_tables(text: str, maps: Maps) -> dict[str, Counts]:
+    """{mark: Counts} of a plugin output file; vec_lmul is in units of LMUL 1 (LMUL 1/8 = 0.125,
+    kept exact by counting eighths until the end)."""
+    lines = _table_lines(text)
     tables: dict[str, Counts] = {}
     mark, counts, eighths = None, None, {}
     for line in lines[1:]:
