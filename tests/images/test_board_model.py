@@ -82,6 +82,19 @@ def test_the_plugin_counts_a_known_program_exactly(counter, probe, tmp_path):
     assert tables["exit"].libraries["probe"]["insns"] == at_mark["insns"] + 3
 
 
+def test_threads_1_counts_the_main_thread_as_vcpu_0(counter, probe, tmp_path):
+    """With threads=1 each table ends with the instructions of each thread: the probe's one thread,
+    vCPU 0, ran exactly what its blocks did; the block rows are the same as without it."""
+    table = tmp_path / "probe.count"
+    subprocess.run([str(counter.qemu), "-cpu", counter.qemu_cpu, "-plugin",
+                    f"{counter.plugin},threads=1,out={table}", str(probe)], check=True)
+    text = table.read_text()
+    threads = counts.instructions_by_thread(text)
+    tables = counts.parse_tables(text, counts.Maps([(0, 1 << 63, "probe")]))
+    assert threads["3"] == {0: tables["3"].libraries["probe"]["insns"]} == {0: 4 + 5 * 100 + 1 + 3 + 7}
+    assert threads["exit"] == {0: threads["3"][0] + 3}
+
+
 def test_a_qemu_without_plugin_support_is_refused_by_name(counter, probe, tmp_path):
     static = tool.Tool(qemu=tool.Path("/usr/bin/qemu-riscv64-static"), plugin=counter.plugin,
                        qemu_cpu=counter.qemu_cpu, qemu_version=counter.qemu_version)

@@ -255,3 +255,28 @@ def test_the_report_shows_the_served_token_per_process(tmp_path):
     text = board.serving_section(served)
     assert "| scheduler | 7.50 | 3.60 | 2.90 | 0.00 | 6.50 | 7.50 | 5.8 |" in text
     assert "| http | 0.00 | 0.00 | 2.90 | 0.00 | 2.90 | 2.90 |" in text
+
+
+def test_a_served_token_counts_the_threads_that_work_for_it_and_not_those_that_poll(tmp_path):
+    from sglang_rvv.boardmodel import serving
+    from sglang_rvv.jsonfile import write_json
+
+    # threads=1 rows at marks 1..4 (cumulative). vCPU 0, the forward: idle 60 s runs 0.6 M
+    # (10 k/s), the short request (4 tokens) 50 M, the long one (12) 130 M: 80 M / 8 tokens = 10 M
+    # a token, far above 10 k/s x 2.5 s. vCPU 3 polls: 6 M idle (100 k/s), then 1 M and 3 M: 0.25 M
+    # a token, its idle rate x 2.5 s, so it is not a working thread.
+    thread_rows = {0: [0, 600_000, 50_600_000, 180_600_000], 3: [0, 6_000_000, 7_000_000, 10_000_000]}
+    marks = [(str(n + 1), ["10000 1 0 0 1 0 0 0", *(f"thread {v} {rows[n]}" for v, rows in thread_rows.items())])
+             for n in range(4)]
+    (tmp_path / "11.count").write_text(table(*marks))
+    for pid, role in ((11, "scheduler"), (12, "http"), (13, "detokenizer")):
+        if pid != 11:
+            (tmp_path / f"{pid}.count").write_text(table(*((str(n + 1), ["10000 1 0 0 1 0 0 0"]) for n in range(4))))
+        (tmp_path / f"{pid}.maps").write_text(MAPS)
+        write_json(tmp_path / f"{pid}.json", {"pid": pid, "role": role, "marks": serving.MARKS})
+    out = serving._attribute(tmp_path, 4, 12, {"idle": 60.0, "request1": 10.0, "request2": 30.0})
+    threads = out["scheduler"]["threads"]
+    assert threads[0]["per_token_raw"] == pytest.approx(10_000_000) and threads[0]["working"]
+    assert threads[3]["per_token_raw"] == pytest.approx(250_000) and not threads[3]["working"]
+    assert out["scheduler"]["working_threads"] == pytest.approx(10_000_000)
+    assert "threads" not in out["http"]  # a table without thread rows (a plugin without threads=1)

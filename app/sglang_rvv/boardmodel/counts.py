@@ -133,13 +133,28 @@ def instructions_by_block(text: str) -> dict[str, dict[int, int]]:
             tables[mark] = {}
         elif line == "end":
             mark = None
-        elif mark is not None:
+        elif mark is not None and not line.startswith("thread "):
             vaddr, n, _, _, execs = line.split()[:5]
             address = int(vaddr, 16)
             tables[mark][address] = tables[mark].get(address, 0) + int(n) * int(execs)
     if mark is not None:
         raise CountError(f"the count table of mark {mark} is cut short: the guest was killed "
                          "before the plugin finished writing it")
+    return tables
+
+
+def instructions_by_thread(text: str) -> dict[str, dict[int, int]]:
+    """{mark: {vCPU: instructions executed}} of a table written with the plugin's threads=1
+    (cumulative; vCPU 0 is the main thread); empty dicts without it."""
+    tables: dict[str, dict[int, int]] = {}
+    mark = None
+    for line in _table_lines(text)[1:]:
+        if line.startswith("mark "):
+            mark = line[5:]
+            tables[mark] = {}
+        elif line.startswith("thread ") and mark is not None:
+            _, vcpu, insns = line.split()
+            tables[mark][int(vcpu)] = int(insns)
     return tables
 
 
@@ -157,7 +172,7 @@ def parse_tables(text: str, maps: Maps) -> dict[str, Counts]:
                 counts.libraries[library]["vec_lmul"] = value  # exact multiples of 1/8
             tables[mark] = counts
             mark = None
-        elif mark is not None:
+        elif mark is not None and not line.startswith("thread "):
             vaddr, n, n_vec, n_vload, execs, lmul8, unknown, vbytes = line.split()
             execs = int(execs)
             library = maps.library_of(int(vaddr, 16))

@@ -14,6 +14,12 @@ token takes seconds), so a token is given two ways (:func:`_attribute`):
     upper bound: (count(long) - count(short)) / (long - short)
     lower bound: the same, less the idle window's rate x (seconds(long) - seconds(short)) / (long - short)
 
+The plugin also counts each thread's instructions (``threads=1``), so the threads that work for a
+token are told from those that only poll (an idle scheduler's CPU time is mostly gloo's TCP loop
+threads and ZeroMQ's IO thread): a thread works if a token adds more than WORKING_FACTOR times what
+it ran idle over a token's extra wall time. Their sum per token (``working_threads``) holds the
+forward, batch building, sampling and output, and no polling thread's count.
+
 The policy runs its eager packed route (no Inductor compile: the counting qemu cannot run the
 rootfs's compiler, since qemu-user hands every execve to the host), as the policy-forward workload
 does. The result keeps every phase's counts beside the per-token figures.
@@ -40,6 +46,7 @@ PROMPT = "The capital of France is"  # short: a board-sized prefill under the co
 ROLES = ("http", "scheduler", "detokenizer")
 MARKS = 4  # before the idle window, after it, after the short request, after the long one
 IDLE_SECONDS = 60.0
+WORKING_FACTOR = 10.0
 STARTUP_TIMEOUT = 3600.0
 REQUEST_TIMEOUT = 1800.0
 
@@ -50,7 +57,7 @@ def wrapper(tool: Tool, root: Path, scratch: Path, python: Path) -> Path:
     path = scratch / "python-counted"
     path.write_text("#!/bin/sh\n"
                     f"exec '{tool.qemu}' -L '{root}' -cpu '{tool.qemu_cpu}' "
-                    f"-plugin '{tool.plugin},out={scratch}/'$$.count '{python}' \"$@\"\n")
+                    f"-plugin '{tool.plugin},threads=1,out={scratch}/'$$.count '{python}' \"$@\"\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
 
@@ -212,6 +219,24 @@ def _wait_healthy(server: subprocess.Popen, port: int, scratch: Path) -> None:
     raise ToolError(f"the counted server was not healthy within {STARTUP_TIMEOUT:.0f} s")
 
 
+def _threads(tables: dict[str, dict[int, int]], phases: dict[str, float], extra_tokens: int) -> dict:
+    """Per thread (vCPU): its idle rate and what a token adds; which threads work for a token,
+    and their sum per token. Empty for a table without thread rows."""
+    if not all(tables.get(str(n)) for n in range(1, MARKS + 1)):
+        return {}
+    def delta(vcpu: int, n: int) -> int:
+        return tables[str(n + 1)].get(vcpu, 0) - tables[str(n)].get(vcpu, 0)
+    seconds_per_token = (phases["request2"] - phases["request1"]) / extra_tokens
+    threads = {}
+    for vcpu in sorted(set().union(*tables.values())):
+        idle = delta(vcpu, 1) / phases["idle"]
+        per_token = (delta(vcpu, 3) - delta(vcpu, 2)) / extra_tokens
+        threads[vcpu] = {"idle_per_second": idle, "per_token_raw": per_token,
+                         "working": per_token > WORKING_FACTOR * idle * seconds_per_token}
+    return {"threads": threads,
+            "working_threads": sum(t["per_token_raw"] for t in threads.values() if t["working"])}
+
+
 def _attribute(scratch: Path, short: int, long: int, phases: dict[str, float]) -> dict[str, dict]:
     """Per role: the idle window's and both requests' counts, and the per-token cost two ways.
     ``per_token_raw``: the long request's count less the short one's, over the extra tokens; an
@@ -225,7 +250,8 @@ def _attribute(scratch: Path, short: int, long: int, phases: dict[str, float]) -
         if info["marks"] < MARKS:
             continue
         maps = counts.Maps.parse((scratch / f"{pid}.maps").read_text())
-        tables = counts.parse_tables((scratch / f"{pid}.count").read_text(), maps)
+        text = (scratch / f"{pid}.count").read_text()
+        tables = counts.parse_tables(text, maps)
         idle, first, second = (tables[str(n + 1)].minus(tables[str(n)]).by_component() for n in (1, 2, 3))
         per_second = {name: {key: v[key] / phases["idle"] for key in counts.FIELDS} for name, v in idle.items()}
         raw = {name: {key: (second[name][key] - first[name][key]) / (long - short) for key in counts.FIELDS}
@@ -236,7 +262,8 @@ def _attribute(scratch: Path, short: int, long: int, phases: dict[str, float]) -
         if role in out:
             raise ToolError(f"two processes of the counted server have the role {role}")
         out[role] = {"pid": pid, "idle_per_second": per_second, "short_request": first, "long_request": second,
-                     "per_token": per_token, "per_token_raw": raw}
+                     "per_token": per_token, "per_token_raw": raw,
+                     **_threads(counts.instructions_by_thread(text), phases, long - short)}
     missing = [role for role in ROLES if role not in out]
     if missing:
         raise ToolError(f"no counts of the server's {', '.join(missing)}: its process did not mark")

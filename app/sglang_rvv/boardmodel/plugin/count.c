@@ -12,7 +12,10 @@
  * Debian ships no qemu-plugin.h, so the few declarations used are written out below, as the
  * plugin API version 1 documents them (include/qemu/qemu-plugin.h of qemu 7.2).
  *
- * Arguments: out=PATH (the table, required).
+ * Arguments: out=PATH (the table, required); threads=1 also counts the instructions of each guest
+ * thread (each is a vCPU of its own in qemu-user; vCPU 0 is the main thread) and writes them as
+ * "thread VCPU INSNS" rows at the end of each table. It costs a callback per executed block, so it
+ * is off unless asked for (SGLang's serving count asks: its polling threads count beside the forward).
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -84,6 +87,10 @@ typedef struct {
 static Block **table;          /* open addressing on (vaddr, n_insns) */
 static size_t table_size, table_used;
 static FILE *out;
+#define MAX_VCPUS 4096         /* guest threads alive at once; a later one reuses a freed index */
+static bool by_thread;
+static uint64_t thread_insns[MAX_VCPUS];
+static unsigned int max_vcpu_seen;
 static uint64_t cur_lmul8 = 8; /* the vtype's LMUL x 8 as last set by vsetvli/vsetivli; 0: unknown */
 
 static size_t slot_of(uint64_t vaddr, uint32_t n) {
@@ -160,6 +167,13 @@ static void on_vec_block(unsigned int vcpu, void *udata) {
     else b->vec_unknown += b->n_vec;
 }
 
+/* threads=1: each vCPU adds its block's length to its own counter, so no two threads share one. */
+static void on_thread_block(unsigned int vcpu, void *n_insns) {
+    if (vcpu >= MAX_VCPUS) return;
+    thread_insns[vcpu] += (uint64_t)(uintptr_t)n_insns;
+    if (vcpu > max_vcpu_seen) max_vcpu_seen = vcpu;
+}
+
 static void on_vload_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, void *udata) {
     (void)vcpu; (void)vaddr;
     ((Block *)udata)->vload_bytes += 1u << qemu_plugin_mem_size_shift(info);
@@ -198,6 +212,8 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
     if (fresh) { b->n_vec = n_vec; b->n_vload = n_vload; }
     qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->execs, 1);
     if (n_vec) qemu_plugin_register_vcpu_tb_exec_cb(tb, on_vec_block, QEMU_PLUGIN_CB_NO_REGS, b);
+    if (by_thread)
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, on_thread_block, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
 }
 
 /* One table: "mark N" then a row per executed block (cumulative since the start). */
@@ -210,6 +226,8 @@ static void write_table(const char *mark) {
                 b->vaddr, b->n_insns, b->n_vec, b->n_vload, b->execs, b->vec_lmul8,
                 b->vec_unknown, b->vload_bytes);
     }
+    for (unsigned int v = 0; by_thread && v <= max_vcpu_seen; v++)
+        if (thread_insns[v]) fprintf(out, "thread %u %" PRIu64 "\n", v, thread_insns[v]);
     fprintf(out, "end\n");
     fflush(out);
 }
@@ -235,6 +253,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     const char *path = NULL;
     for (int i = 0; i < argc; i++)
         if (strncmp(argv[i], "out=", 4) == 0) path = argv[i] + 4;
+        else if (strcmp(argv[i], "threads=1") == 0) by_thread = true;
     if (info->version.cur < 1 || info->version.min > 1) {
         qemu_plugin_outs("count: this qemu does not offer plugin API version 1; rebuild the plugin "
                          "against the qemu-user version images/lock.toml [tools.count] pins\n");
