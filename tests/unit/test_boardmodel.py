@@ -247,14 +247,17 @@ def test_the_report_shows_the_served_token_per_process(tmp_path):
         zero(insns=2_900_000)
     http = {**step, "kernel": zero(), "torch": zero()}
     served = priced_serving({"model": "tiny-llama", "short": 4, "long": 12, "processes": {
-        "scheduler": {"per_token": step, "per_token_raw": {**step, "interpreter": zero(insns=3_900_000)}},
+        "scheduler": {"per_token": step, "per_token_raw": {**step, "interpreter": zero(insns=3_900_000)},
+                      "working_threads": 14_500_000},
         "http": {"per_token": http, "per_token_raw": http}}})
     assert served["processes"]["scheduler"]["outside_kernel_insns"] == 6_500_000
     # 6.5 M instructions at IPC 0.7 and 1.6 GHz: 5.8 ms on one core
     assert served["processes"]["scheduler"]["rest_seconds"] == pytest.approx(6.5e6 / 0.7 / 1.6e9)
+    # The working threads' 14.5 M less the kernel's 7.5 M: 7 M, 6.2 ms.
+    assert served["processes"]["scheduler"]["working_outside_kernel_insns"] == 7_000_000
     text = board.serving_section(served)
-    assert "| scheduler | 7.50 | 3.60 | 2.90 | 0.00 | 6.50 | 7.50 | 5.8 |" in text
-    assert "| http | 0.00 | 0.00 | 2.90 | 0.00 | 2.90 | 2.90 |" in text
+    assert "| scheduler | 7.50 | 3.60 | 2.90 | 0.00 | 6.50 | 7.50 | 5.8 | 7.00 | 6.2 |" in text
+    assert "| http | 0.00 | 0.00 | 2.90 | 0.00 | 2.90 | 2.90 | 2.6 | not counted | not counted |" in text
 
 
 def test_a_served_token_counts_the_threads_that_work_for_it_and_not_those_that_poll(tmp_path):
