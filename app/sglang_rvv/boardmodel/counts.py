@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,72 +116,59 @@ class Counts:
         return sum(values[key] for values in self.libraries.values())
 
 
-def _table_lines(text: str) -> list[str]:
+def _marks(text: str) -> Iterator[tuple[str, list[list[str]], list[list[str]]]]:
+    """Each table of a plugin output file, in order: (mark, block rows, thread rows), each row split
+    into its fields ("thread" rows only with the plugin's threads=1)."""
     lines = text.splitlines()
     if not lines or lines[0] != FORMAT:
         raise CountError(f"not a count table of format {FORMAT!r} (first line {lines[:1]}); "
                          "rebuild the plugin from app/sglang_rvv/boardmodel/plugin/count.c")
-    return lines
+    mark, blocks, threads = None, [], []
+    for line in lines[1:]:
+        if line.startswith("mark "):
+            mark, blocks, threads = line[5:], [], []
+        elif line == "end" and mark is not None:
+            yield mark, blocks, threads
+            mark = None
+        elif mark is not None:
+            fields = line.split()
+            (threads if fields[0] == "thread" else blocks).append(fields)
+    if mark is not None:
+        raise CountError(f"the count table of mark {mark} is cut short: the guest was killed "
+                         "before the plugin finished writing it")
 
 
 def instructions_by_block(text: str) -> dict[str, dict[int, int]]:
     """{mark: {block address: instructions executed}} of a plugin output file (cumulative)."""
     tables: dict[str, dict[int, int]] = {}
-    mark = None
-    for line in _table_lines(text)[1:]:
-        if line.startswith("mark "):
-            mark = line[5:]
-            tables[mark] = {}
-        elif line == "end":
-            mark = None
-        elif mark is not None and not line.startswith("thread "):
-            vaddr, n, _, _, execs = line.split()[:5]
+    for mark, blocks, _ in _marks(text):
+        table = tables[mark] = {}
+        for vaddr, n, _, _, execs, *_ in blocks:
             address = int(vaddr, 16)
-            tables[mark][address] = tables[mark].get(address, 0) + int(n) * int(execs)
-    if mark is not None:
-        raise CountError(f"the count table of mark {mark} is cut short: the guest was killed "
-                         "before the plugin finished writing it")
+            table[address] = table.get(address, 0) + int(n) * int(execs)
     return tables
 
 
 def instructions_by_thread(text: str) -> dict[str, dict[int, int]]:
     """{mark: {vCPU: instructions executed}} of a table written with the plugin's threads=1
     (cumulative; vCPU 0 is the main thread); empty dicts without it."""
-    tables: dict[str, dict[int, int]] = {}
-    mark = None
-    for line in _table_lines(text)[1:]:
-        if line.startswith("mark "):
-            mark = line[5:]
-            tables[mark] = {}
-        elif line.startswith("thread ") and mark is not None:
-            _, vcpu, insns = line.split()
-            tables[mark][int(vcpu)] = int(insns)
-    return tables
+    return {mark: {int(vcpu): int(insns) for _, vcpu, insns in threads} for mark, _, threads in _marks(text)}
 
 
 def parse_tables(text: str, maps: Maps) -> dict[str, Counts]:
     """{mark: Counts} of a plugin output file; vec_lmul is in units of LMUL 1 (LMUL 1/8 = 0.125,
     kept exact by counting eighths until the end)."""
-    lines = _table_lines(text)
     tables: dict[str, Counts] = {}
-    mark, counts, eighths = None, None, {}
-    for line in lines[1:]:
-        if line.startswith("mark "):
-            mark, counts, eighths = line[5:], Counts(), {}
-        elif line == "end":
-            for library, value in eighths.items():
-                counts.libraries[library]["vec_lmul"] = value  # exact multiples of 1/8
-            tables[mark] = counts
-            mark = None
-        elif mark is not None and not line.startswith("thread "):
-            vaddr, n, n_vec, n_vload, execs, lmul8, unknown, vbytes = line.split()
+    for mark, blocks, _ in _marks(text):
+        counts, eighths = Counts(), {}
+        for vaddr, n, n_vec, n_vload, execs, lmul8, unknown, vbytes in blocks:
             execs = int(execs)
             library = maps.library_of(int(vaddr, 16))
             counts.add(library, {"insns": int(n) * execs, "vec_insns": int(n_vec) * execs,
                                  "vec_unknown_lmul": int(unknown), "vec_loads": int(n_vload) * execs,
                                  "vec_load_bytes": int(vbytes)})
             eighths[library] = eighths.get(library, 0) + int(lmul8) / 8
-    if mark is not None:
-        raise CountError(f"the count table of mark {mark} is cut short: the guest was killed "
-                         "before the plugin finished writing it")
+        for library, value in eighths.items():
+            counts.libraries[library]["vec_lmul"] = value  # exact multiples of 1/8
+        tables[mark] = counts
     return tables
