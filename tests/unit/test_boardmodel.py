@@ -248,27 +248,29 @@ def test_the_report_shows_the_served_token_per_process(tmp_path):
     http = {**step, "kernel": zero(), "torch": zero()}
     served = priced_serving({"model": "tiny-llama", "short": 4, "long": 12, "processes": {
         "scheduler": {"per_token": step, "per_token_raw": {**step, "interpreter": zero(insns=3_900_000)},
-                      "working_threads": 14_500_000},
+                      "thread_estimate": 14_500_000},
         "http": {"per_token": http, "per_token_raw": http}}})
     assert served["processes"]["scheduler"]["outside_kernel_insns"] == 6_500_000
     # 6.5 M instructions at IPC 0.7 and 1.6 GHz: 5.8 ms on one core
     assert served["processes"]["scheduler"]["rest_seconds"] == pytest.approx(6.5e6 / 0.7 / 1.6e9)
-    # The working threads' 14.5 M less the kernel's 7.5 M: 7 M, 6.2 ms.
-    assert served["processes"]["scheduler"]["working_outside_kernel_insns"] == 7_000_000
+    # The threads' 14.5 M less the kernel's 7.5 M: 7 M, 6.2 ms.
+    assert served["processes"]["scheduler"]["thread_outside_kernel_insns"] == 7_000_000
     text = board.serving_section(served)
     assert "| scheduler | 7.50 | 3.60 | 2.90 | 0.00 | 6.50 | 7.50 | 5.8 | 7.00 | 6.2 |" in text
     assert "| http | 0.00 | 0.00 | 2.90 | 0.00 | 2.90 | 2.90 | 2.6 | not counted | not counted |" in text
 
 
-def test_a_served_token_counts_the_threads_that_work_for_it_and_not_those_that_poll(tmp_path):
+def test_a_served_token_is_the_main_threads_count_and_the_others_less_their_polling(tmp_path):
     from sglang_rvv.boardmodel import serving
     from sglang_rvv.jsonfile import write_json
 
-    # threads=1 rows at marks 1..4 (cumulative). vCPU 0, the forward: idle 60 s runs 0.6 M
+    # threads=1 rows at marks 1..4 (cumulative). vCPU 0, the main thread: idle 60 s runs 0.6 M
     # (10 k/s), the short request (4 tokens) 50 M, the long one (12) 130 M: 80 M / 8 tokens = 10 M
-    # a token, far above 10 k/s x 2.5 s. vCPU 3 polls: 6 M idle (100 k/s), then 1 M and 3 M: 0.25 M
-    # a token, its idle rate x 2.5 s, so it is not a working thread.
-    thread_rows = {0: [0, 600_000, 50_600_000, 180_600_000], 3: [0, 6_000_000, 7_000_000, 10_000_000]}
+    # a token, all of it the token's. vCPU 3 polls: 6 M idle (100 k/s), then 1 M and 4 M: 0.375 M
+    # a token, less its idle rate x 2.5 s a token (0.25 M): 0.125 M. vCPU 5 ran less than its
+    # polling would: 0.
+    thread_rows = {0: [0, 600_000, 50_600_000, 180_600_000], 3: [0, 6_000_000, 7_000_000, 11_000_000],
+                   5: [0, 6_000_000, 6_000_001, 6_000_002]}
     marks = [(str(n + 1), ["10000 1 0 0 1 0 0 0", *(f"thread {v} {rows[n]}" for v, rows in thread_rows.items())])
              for n in range(4)]
     (tmp_path / "11.count").write_text(table(*marks))
@@ -279,7 +281,8 @@ def test_a_served_token_counts_the_threads_that_work_for_it_and_not_those_that_p
         write_json(tmp_path / f"{pid}.json", {"pid": pid, "role": role, "marks": serving.MARKS})
     out = serving._attribute(tmp_path, 4, 12, {"idle": 60.0, "request1": 10.0, "request2": 30.0})
     threads = out["scheduler"]["threads"]
-    assert threads[0]["per_token_raw"] == pytest.approx(10_000_000) and threads[0]["working"]
-    assert threads[3]["per_token_raw"] == pytest.approx(250_000) and not threads[3]["working"]
-    assert out["scheduler"]["working_threads"] == pytest.approx(10_000_000)
+    assert threads[0]["per_token"] == threads[0]["per_token_raw"] == pytest.approx(10_000_000)
+    assert threads[3]["per_token_raw"] == pytest.approx(375_000) and threads[3]["per_token"] == pytest.approx(125_000)
+    assert threads[5]["per_token"] == 0
+    assert out["scheduler"]["thread_estimate"] == pytest.approx(10_125_000)
     assert "threads" not in out["http"]  # a table without thread rows (a plugin without threads=1)

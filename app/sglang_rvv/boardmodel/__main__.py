@@ -44,12 +44,12 @@ def priced_serving(result: dict) -> dict:
         values["outside_kernel_insns_raw"] = sum(v["insns"] for name, v in values["per_token_raw"].items()
                                                  if name != "kernel")
         values["rest_seconds"] = sum(v for name, v in seconds.items() if name != "kernel")
-        if "working_threads" in values:
-            # The kernel runs on a working thread (one thread counted); the rest of those threads'
-            # instructions are the token's serial work, at the IPC every non-kernel component has.
-            outside = values["working_threads"] - values["per_token_raw"]["kernel"]["insns"]
-            values["working_outside_kernel_insns"] = outside
-            values["working_rest_seconds"] = outside / model.c("ipc_interpreter") / model.c("freq_hz")
+        if "thread_estimate" in values:
+            # The kernel runs on the main thread (one thread counted); the rest of the estimate is
+            # the token's serial work, at the IPC every non-kernel component has.
+            outside = values["thread_estimate"] - values["per_token_raw"]["kernel"]["insns"]
+            values["thread_outside_kernel_insns"] = outside
+            values["thread_rest_seconds"] = outside / model.c("ipc_interpreter") / model.c("freq_hz")
     return result
 
 

@@ -14,11 +14,12 @@ token takes seconds), so a token is given two ways (:func:`_attribute`):
     upper bound: (count(long) - count(short)) / (long - short)
     lower bound: the same, less the idle window's rate x (seconds(long) - seconds(short)) / (long - short)
 
-The plugin also counts each thread's instructions (``threads=1``), so the threads that work for a
-token are told from those that only poll (an idle scheduler's CPU time is mostly gloo's TCP loop
-threads and ZeroMQ's IO thread): a thread works if a token adds more than WORKING_FACTOR times what
-it ran idle over a token's extra wall time. Their sum per token (``working_threads``) holds the
-forward, batch building, sampling and output, and no polling thread's count.
+The plugin also counts each thread's instructions (``threads=1``), which settles most of the
+range. vCPU 0 is the main thread: in the scheduler it runs the event loop and (one thread) the
+model's forward, so its idle polling stops while it works and its whole per-token count is the
+token's. The other threads (gloo's TCP loops, ZeroMQ's IO thread, the watchdog) poll on while the
+forward runs, so theirs counts less their idle rate over the token's extra wall time, never below
+zero. The sum (``thread_estimate``) is the per-token figure the board model prices.
 
 The policy runs its eager packed route (no Inductor compile: the counting qemu cannot run the
 rootfs's compiler, since qemu-user hands every execve to the host), as the policy-forward workload
@@ -46,7 +47,6 @@ PROMPT = "The capital of France is"  # short: a board-sized prefill under the co
 ROLES = ("http", "scheduler", "detokenizer")
 MARKS = 4  # before the idle window, after it, after the short request, after the long one
 IDLE_SECONDS = 60.0
-WORKING_FACTOR = 10.0
 STARTUP_TIMEOUT = 3600.0
 REQUEST_TIMEOUT = 1800.0
 
@@ -220,8 +220,8 @@ def _wait_healthy(server: subprocess.Popen, port: int, scratch: Path) -> None:
 
 
 def _threads(tables: dict[str, dict[int, int]], phases: dict[str, float], extra_tokens: int) -> dict:
-    """Per thread (vCPU): its idle rate and what a token adds; which threads work for a token,
-    and their sum per token. Empty for a table without thread rows."""
+    """Per thread (vCPU): its idle rate and what a token adds; the main thread's count plus the
+    others' less their polling, per token. Empty for a table without thread rows."""
     if not all(tables.get(str(n)) for n in range(1, MARKS + 1)):
         return {}
     def delta(vcpu: int, n: int) -> int:
@@ -232,9 +232,8 @@ def _threads(tables: dict[str, dict[int, int]], phases: dict[str, float], extra_
         idle = delta(vcpu, 1) / phases["idle"]
         per_token = (delta(vcpu, 3) - delta(vcpu, 2)) / extra_tokens
         threads[vcpu] = {"idle_per_second": idle, "per_token_raw": per_token,
-                         "working": per_token > WORKING_FACTOR * idle * seconds_per_token}
-    return {"threads": threads,
-            "working_threads": sum(t["per_token_raw"] for t in threads.values() if t["working"])}
+                         "per_token": per_token if vcpu == 0 else max(0.0, per_token - idle * seconds_per_token)}
+    return {"threads": threads, "thread_estimate": sum(t["per_token"] for t in threads.values())}
 
 
 def _attribute(scratch: Path, short: int, long: int, phases: dict[str, float]) -> dict[str, dict]:

@@ -73,23 +73,24 @@ def serving_section(served: dict) -> str:
     """SGLang's real serving loop, per token and per process (boardmodel/serving.py)."""
     head = ["process", *(f"{g} (M insns)" for g in GROUPS), "outside the kernel (M insns)",
             "outside the kernel, idle rate not taken out (M insns)", "modelled ms/token outside the kernel, one core",
-            "working threads outside the kernel (M insns)", "their modelled ms/token"]
+            "by thread: outside the kernel (M insns)", "its modelled ms/token"]
     rows = []
     for role, v in served["processes"].items():
         insns = grouped(v["per_token"], "insns")
-        working = v.get("working_outside_kernel_insns")
+        working = v.get("thread_outside_kernel_insns")
         rows.append([role, *(f"{insns[g] / 1e6:.2f}" for g in GROUPS), f"{v['outside_kernel_insns'] / 1e6:.2f}",
                      f"{v['outside_kernel_insns_raw'] / 1e6:.2f}", f"{v['rest_seconds'] * 1e3:.1f}",
                      "not counted" if working is None else f"{working / 1e6:.2f}",
-                     "not counted" if working is None else f"{v['working_rest_seconds'] * 1e3:.1f}"])
+                     "not counted" if working is None else f"{v['thread_rest_seconds'] * 1e3:.1f}"])
     return (f"SGLang serving `{served['model']}` (flag on, eager packed route), every process counted: per token, "
             f"the difference between streamed requests of {served['long']} and {served['short']} new tokens, "
             "less each process's idle rate over the extra wall time (a lower bound: a busy process does not "
             "also run its idle loop), and without that (an upper bound: what runs on timers counts with the "
             "seconds a token takes under qemu). The scheduler runs the model's forward, batch building and "
             "sampling; on the board the HTTP server and the detokenizer run on other cores beside it. "
-            "The working threads are those a token adds work to beyond their idle polling (counted per "
-            "thread by the plugin's threads=1): the figure without the polling threads.\n\n"
+            "By thread (the plugin's threads=1): the main thread's whole count (its idle loop stops while "
+            "it works; the scheduler's runs the forward) and the other threads' less their polling, which "
+            "goes on: the figure the two bounds enclose.\n\n"
             + _table(head, rows))
 
 
