@@ -152,6 +152,31 @@ def test_the_entrypoint_refuses_bad_setups_in_one_line(amd64_images, podman_args
     assert lines == [f"sglang-rvv entrypoint: error: {message.format(key=key)}"]
 
 
+@pytest.mark.parametrize("seccomp,refused", [((), True), (("--security-opt", "seccomp=unconfined"), False)])
+def test_the_board_counters_step_runs_in_the_model_image_as_reproduce_runs_it(amd64_images, tmp_path, seccomp,
+                                                                              refused):
+    """The reproduce role's counters step (its command, the lock mounted since the image has none):
+    podman's default seccomp profile refuses perf_event_open, and the file says so and how to fix it;
+    without seccomp (what the role runs) the counters are read. The task clock stands in for the
+    board's instructions and cycles: this host has no hardware PMU."""
+    tmp_path.chmod(0o777)
+    result = subprocess.run(["podman", "run", "--rm", "--init", "--no-healthcheck", "--network=none", "--user",
+                             "10001:10001", "--entrypoint", "python3", *seccomp,
+                             "-v", f"{REPO / 'images' / 'lock.toml'}:/lock.toml:ro", "-v", f"{tmp_path}:/results",
+                             amd64_images["model"], "-m", "sglang_rvv.boardmodel.counters", "--lock", "/lock.toml",
+                             "--run-dir", "/results", "--shapes", "tiny", "--layouts", "--events", "task_clock_ns"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads((tmp_path / "board-counters.json").read_text())
+    step = data["workloads"][0]["per_token"]
+    if refused:
+        assert data["unavailable"].startswith("perf_event_open(task_clock_ns): refused (EPERM): ")
+        assert "podman run --security-opt seccomp=unconfined" in data["unavailable"]
+        assert "task_clock_ns" not in step and step["seconds"] > 0
+    else:
+        assert data["unavailable"] is None and step["task_clock_ns"] > 0
+
+
 def _content(image: str) -> dict:
     script = REPO / "images" / "scripts" / "content-manifest.py"
     out = subprocess.run(["podman", "run", "--rm", "--no-healthcheck", "--network=none", "--entrypoint", "python3",

@@ -178,6 +178,44 @@ def test_the_report_section_labels_the_model_and_stacks_its_groups(tmp_path):
     assert board.render(tmp_path / "plots", tmp_path) == ""  # no board-model.json: no section
 
 
+def test_a_boards_counters_sit_beside_the_models_figures_for_the_same_workload(tmp_path):
+    from sglang_rvv.bench.report import board
+    from sglang_rvv.jsonfile import write_json
+
+    step = {name: zero() for name in counts.COMPONENT_NAMES}
+    step["kernel"] = zero(insns=100_000_000, vec_insns=90_000_000, vec_lmul=90_000_000)
+    step["interpreter"] = zero(insns=50_000_000)
+    prediction = model.predict(step, 1_000_000)
+    # kernel: 10 M scalar at IPC 1 + 90 M LMUL-1 vector ops at VLEN/DLEN 2; interpreter at 0.7
+    modelled = 10e6 + 180e6 + 50e6 / 0.7
+    assert prediction["cycles_one_thread"] == pytest.approx(modelled)
+    work = {"workload": {"name": "qwen3-0.6b", "policy": True, "weight_dtype": "int4"}, "label": "qwen3-0.6b-int4",
+            "per_token": step, "weight_bytes": 1_000_000, "prediction": prediction}
+    measured = {"label": "measured on this machine", "host": "k1", "machine": "riscv64", "isa": "rv64imafdcv",
+                "per_token_phase": "decode2", "unavailable": None, "skipped": {},
+                "workloads": [{"workload": work["workload"], "label": "qwen3-0.6b-int4",
+                               "per_token": {"seconds": 0.25, "instructions": 165_000_000,
+                                             "cycles": 2 * modelled}}]}
+    write_json(tmp_path / board.COUNTERS_FILE, measured)
+    alone = board.render(tmp_path, tmp_path)
+    assert "## Board counters" in alone and "## Board model\n" not in alone
+    assert "make board-model RUN=<this run directory>" in alone
+    row = next(line for line in alone.splitlines() if line.startswith("| qwen3-0.6b"))
+    assert "| 250.0 | 165.0 | 522.9 | 0.32 | not counted | n/a |" in row
+    write_json(tmp_path / board.FILE, {"workloads": [work], "anchors": [], "skipped": {}, "constants": {},
+                                       "per_token_phase": "decode2", "tool": {"qemu_cpu": "rv64"}})
+    both = board.render(tmp_path, tmp_path)
+    row = next(line for line in both.splitlines() if line.startswith("| qwen3-0.6b") and "| 250.0 |" in line)
+    # board / emulated instructions 1.10; board / modelled cycles 2.00; the model's IPC 150 M / 261.4 M
+    assert row.endswith("| 150.0 | 1.10 | 261.4 | 2.00 | 0.57 |")
+    clock_only = {**measured["workloads"][0], "per_token": {"seconds": 0.25}}
+    write_json(tmp_path / board.COUNTERS_FILE, {**measured, "unavailable": "perf_event_open(instructions): refused",
+                                                "workloads": [clock_only]})
+    refused = board.render(tmp_path, tmp_path)
+    assert "No counts: perf_event_open(instructions): refused." in refused
+    assert "| 250.0 | not counted | not counted | n/a | 150.0 | n/a | 261.4 | n/a | 0.57 |" in refused
+
+
 def fake_rootfs(root, torch_version, source_sha256):
     arch = tool.lock()["arch"]["riscv64"]
     (root / "usr/bin").mkdir(parents=True)

@@ -18,12 +18,10 @@ from . import model, rootfs, run, serving, tool
 
 RESULT = "board-model.json"
 SCHEMA = 1
-BENCH_SHAPES = ("qwen3-0.6b", "llama-3.2-1b", "deepseek-r1-distill-qwen-1.5b", "smollm2-135m-instruct")
-PER_TOKEN = "decode2"  # the second decode step: the first may still pay lazy first-call costs
 
 
 def priced(result: dict) -> dict:
-    step = result["phases"][PER_TOKEN]["components"]
+    step = result["phases"][run.PER_TOKEN]["components"]
     weight = model.streamed_bytes(result["shape"], result["packed_source_bytes"], result["packed_bytes"])
     return {**result, "per_token": step, "weight_bytes": weight,
             "kernel_loads_per_weight_byte": (step["kernel"]["vec_loads"] / result["packed_bytes"]
@@ -53,17 +51,9 @@ def priced_serving(result: dict) -> dict:
     return result
 
 
-def workloads(shapes, layouts) -> list[run.Workload]:
-    out = []
-    for name in shapes:
-        out.append(run.Workload(name, policy=False))
-        out.extend(run.Workload(name, policy=True, weight_dtype=d) for d in layouts)
-    return out
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sglang_rvv.boardmodel", description=__doc__)
-    parser.add_argument("--shapes", nargs="*", default=list(BENCH_SHAPES),
+    parser.add_argument("--shapes", nargs="*", default=list(run.BENCH_SHAPES),
                         help="the shapes whose decode steps are counted (none: --serving alone)")
     parser.add_argument("--layouts", nargs="+", default=list(WEIGHT_DTYPES), choices=WEIGHT_DTYPES)
     parser.add_argument("--run-dir", type=Path, help="write into this run directory (default: "
@@ -86,7 +76,7 @@ def main(argv=None) -> int:
         scratch = run.scratch_dir()
         tool.check_loads_plugin(counter, scratch, root / "usr/bin/true", root)
         results, skipped = [], {}
-        for work in workloads(args.shapes, args.layouts):
+        for work in run.workloads(args.shapes, args.layouts):
             print(f"boardmodel: counting {work.label}", file=sys.stderr, flush=True)
             try:
                 results.append(priced(run.count(counter, root, work, scratch)))
@@ -111,7 +101,7 @@ def main(argv=None) -> int:
         "tool": {"qemu": str(counter.qemu), "qemu_version": counter.qemu_version,
                  "qemu_cpu": counter.qemu_cpu, "plugin_source_sha256": tool.sha256(tool.SOURCE)},
         "rootfs": found, "constants": model.constants_json(), "anchors": list(model.ANCHORS),
-        "per_token_phase": PER_TOKEN, "workloads": results, "skipped": skipped, "serving": served})
+        "per_token_phase": run.PER_TOKEN, "workloads": results, "skipped": skipped, "serving": served})
     print(run_dir)
     return 0
 

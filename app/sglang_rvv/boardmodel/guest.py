@@ -11,12 +11,17 @@ and then its native op as many times with the same operands, a mark after each l
 projection call costs around its kernel. It then writes a JSON result with the guest's
 /proc/self/maps, which attributes the counts.
 
+On a board (``counters`` in the spec, :mod:`.counters`) it runs natively instead, and each mark
+also reads this process's hardware counters (perf_event_open) and the clock: the same phases,
+measured. The counted (qemu) path leaves ``mark`` as it is.
+
 Argument: one JSON object (see run.Workload.argv).
 """
 
 import json
 import os
 import sys
+import time
 
 MARK_FD = 0x434F554E  # == count.c MARK_FD
 EXIT_LAYOUT_MISSING = 3  # the image cannot run the requested layout (run.LayoutMissing)
@@ -29,6 +34,23 @@ def mark(n):
         os.write(MARK_FD, b"x" * n)
     except OSError:  # EBADF: the descriptor is never open; the plugin saw the call
         pass
+
+
+def reading_marks(names, readings):
+    """A ``mark`` that records the counters and the clock at each mark, or the reason the counters
+    cannot be read here (then only the clock)."""
+    from sglang_rvv.boardmodel.perfcounters import Counters, Unavailable
+
+    try:
+        counters = Counters(names)
+    except Unavailable as why:
+        counters, readings["error"] = None, str(why)
+    marks = readings.setdefault("marks", {})
+
+    def read_mark(n):
+        marks[str(n)] = {"seconds": time.perf_counter(), **(counters.read() if counters else {})}
+
+    return read_mark
 
 
 def answer_find_library_from_rootfs():
@@ -74,6 +96,7 @@ def call_projection(model, report, calls, first_mark, generator):
 
 
 def main(spec):
+    global mark
     answer_find_library_from_rootfs()
     import torch
 
@@ -101,6 +124,9 @@ def main(spec):
         if report.provider != "rvv":
             print(f"provider {report.provider} ({report.provider_reason}), not rvv", file=sys.stderr)
             return EXIT_NO_KERNELS
+    readings = {}
+    if spec.get("counters"):
+        mark = reading_marks(spec["counters"], readings)
     generator = torch.Generator().manual_seed(spec["seed"])
     prompt = torch.randint(0, overrides["vocab_size"], (1, spec["prompt_len"]), generator=generator)
     tokens = []
@@ -125,7 +151,8 @@ def main(spec):
     packed = set(report.packed) if report is not None else set()
     source = {id(m.weight): m.weight.numel() * m.weight.element_size()
               for name, m in model.named_modules(remove_duplicate=False) if name in packed}
-    result = {"maps": maps, "tokens": tokens, "torch": torch.__version__, "packed_source_bytes": sum(source.values()),
+    result = {"maps": maps, "tokens": tokens, "readings": readings, "torch": torch.__version__,
+              "packed_source_bytes": sum(source.values()),
               "report": json.loads(report.to_json()) if report is not None else None}
     with open(spec["result"], "w") as f:
         json.dump(result, f)

@@ -77,15 +77,18 @@ def component_cycles(name: str, values: dict) -> float:
 
 def predict(components: dict[str, dict], weight_bytes: int) -> dict:
     """Per-token seconds by component, and tok/s, for one decode step's counts."""
-    seconds = {name: component_cycles(name, components[name]) / c("freq_hz")
-               / (c("kernel_threads") if name == "kernel" else 1) for name in COMPONENT_NAMES}
+    cycles = {name: component_cycles(name, components[name]) for name in COMPONENT_NAMES}
+    seconds = {name: cycles[name] / c("freq_hz") / (c("kernel_threads") if name == "kernel" else 1)
+               for name in COMPONENT_NAMES}
     stream = weight_bytes / c("bandwidth_bytes_per_s")
     kernel_or_stream = max(stream, seconds["kernel"])
     total = kernel_or_stream + sum(v for k, v in seconds.items() if k != "kernel")
     return {"seconds_per_token": total, "tok_per_s": 1 / total if total else None,
             "weight_stream_seconds": stream, "component_seconds": seconds,
             "kernel_or_stream_seconds": kernel_or_stream,
-            "bound": "weight stream" if stream >= seconds["kernel"] else "kernel instructions"}
+            "bound": "weight stream" if stream >= seconds["kernel"] else "kernel instructions",
+            # What a board's perf stat of the same step at one thread compares with (no stream bound).
+            "cycles_one_thread": sum(cycles.values())}
 
 
 def weight_bytes_bf16(shape: dict) -> int:

@@ -15,7 +15,9 @@ from . import counts, guest, rootfs
 from .tool import CACHE, Tool, ToolError, lock
 
 GUEST = Path(guest.__file__)
-SHAPES_LOCK = "boardmodel"  # images/lock.toml [tools.count.shapes.*]
+# make bench's shapes: the three board models' and the default real model's.
+BENCH_SHAPES = ("qwen3-0.6b", "llama-3.2-1b", "deepseek-r1-distill-qwen-1.5b", "smollm2-135m-instruct")
+PER_TOKEN = "decode2"  # the second decode step: the first may still pay lazy first-call costs
 
 
 class LayoutMissing(ToolError):
@@ -46,13 +48,14 @@ class Workload:
         return f"{self.name}-{self.weight_dtype if self.policy else 'off'}"
 
 
-def shape(name: str) -> dict:
-    """The model shape: the tiny model's, or one pinned in images/lock.toml [tools.count.shapes]."""
+def shape(name: str, pinned: dict | None = None) -> dict:
+    """The model shape: the tiny model's, or one pinned in images/lock.toml [tools.count.shapes]
+    (``pinned``: that table, read from another lock file)."""
     if name == "tiny":
         from ..tiny import TINY_SHAPE
 
         return {"arch": "llama", **TINY_SHAPE}
-    shapes = lock()["tools"]["count"].get("shapes", {})
+    shapes = lock()["tools"]["count"].get("shapes", {}) if pinned is None else pinned
     if name not in shapes:
         raise ToolError(f"no model shape {name!r}: choose tiny or one of images/lock.toml "
                         f"[tools.count.shapes] ({', '.join(sorted(shapes))})")
@@ -66,6 +69,39 @@ def environment() -> dict:
             "SGLANG_RVV_OP_PROVIDER": "rvv", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
+def spec(work: Workload, result: Path, pinned: dict | None = None, **extra) -> dict:
+    """The guest's argument (guest.py): the workload's shape and settings, where to write its
+    result, and ``extra`` (the board's counters)."""
+    return {"shape": shape(work.name, pinned), "policy": work.policy, "weight_dtype": work.weight_dtype,
+            "prompt_len": work.prompt_len, "decode_steps": work.decode_steps, "seed": work.seed,
+            "calls": work.calls, "result": str(result), **extra}
+
+
+def outcome(work: Workload, proc: subprocess.CompletedProcess, result: Path) -> dict:
+    """The guest's result, or the error its exit code names (one line, never a silent zero)."""
+    last = (proc.stderr.strip().splitlines() or [""])[-1]
+    if proc.returncode == guest.EXIT_LAYOUT_MISSING:
+        raise LayoutMissing(f"{work.label}: {last}")
+    if proc.returncode == guest.EXIT_NOT_COVERED:
+        raise NotCovered(f"{work.label}: {last}; choose a shape whose projections have N, K >= "
+                         f"{gate.RVV.min_features} (the rvv shape gate, kernels/gate.py)")
+    if proc.returncode or not result.is_file():
+        raise ToolError(f"{work.label}: the guest failed (exit {proc.returncode}): {last}")
+    return json.loads(result.read_text())
+
+
+def phase_marks(work: Workload) -> dict[str, tuple[str, str]]:
+    """Each phase's (first, last) mark: the prefill, each decode step, and the projection calls."""
+    phases = {"prefill": ("1", "2")}
+    for step in range(work.decode_steps):
+        phases[f"decode{step + 1}"] = (str(2 + step), str(3 + step))
+    if work.calls:  # work.calls of each, not per call: instruction counts are integers
+        first = 3 + work.decode_steps
+        phases["projection_calls"] = (str(first), str(first + 1))
+        phases["op_calls"] = (str(first + 1), str(first + 2))
+    return phases
+
+
 def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | None = None,
           env: dict | None = None) -> dict:
     """Run ``work`` once under the counter; returns its phases' counts per component and library.
@@ -75,45 +111,37 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
     table, result = scratch / f"{work.label}.count", scratch / f"{work.label}.json"
     table.unlink(missing_ok=True)
     result.unlink(missing_ok=True)
-    spec = {"shape": shape(work.name), "policy": work.policy, "weight_dtype": work.weight_dtype,
-            "prompt_len": work.prompt_len, "decode_steps": work.decode_steps, "seed": work.seed,
-            "calls": work.calls, "result": str(result)}
+    argument = spec(work, result)
     python = python or root / rootfs.VENV / "bin" / "python"
     began = time.monotonic()
     proc = subprocess.run([str(tool.qemu), "-L", str(root), "-cpu", tool.qemu_cpu,
                            "-plugin", f"{tool.plugin},out={table}", str(python), str(GUEST),
-                           json.dumps(spec)], env={**environment(), **(env or {})}, capture_output=True, text=True)
+                           json.dumps(argument)], env={**environment(), **(env or {})}, capture_output=True, text=True)
     seconds = round(time.monotonic() - began, 1)
-    last = (proc.stderr.strip().splitlines() or [""])[-1]
-    if proc.returncode == guest.EXIT_LAYOUT_MISSING:
-        raise LayoutMissing(f"{work.label}: {last}")
-    if proc.returncode == guest.EXIT_NOT_COVERED:
-        raise NotCovered(f"{work.label}: {last}; choose a shape whose projections have N, K >= "
-                         f"{gate.RVV.min_features} (the rvv shape gate, kernels/gate.py)")
-    if proc.returncode or not result.is_file():
-        raise ToolError(f"{work.label}: the counted guest failed (exit {proc.returncode}): {last}")
-    out = json.loads(result.read_text())
+    out = outcome(work, proc, result)
     tables = counts.parse_tables(table.read_text(), counts.Maps.parse(out["maps"]))
-    last_mark = 2 + work.decode_steps + (3 if work.calls else 0)
-    marks = [str(n) for n in range(1, last_mark + 1)]
-    missing = [m for m in marks if m not in tables]
+    marks = phase_marks(work)
+    missing = sorted({m for pair in marks.values() for m in pair if m not in tables}, key=int)
     if missing:
         raise ToolError(f"{work.label}: the count table has no mark {', '.join(missing)}: the plugin "
                         "did not see the guest's marks")
-    phases = {"prefill": tables["2"].minus(tables["1"])}
-    for step in range(work.decode_steps):
-        phases[f"decode{step + 1}"] = tables[str(3 + step)].minus(tables[str(2 + step)])
-    if work.calls:  # work.calls of each, not per call: instruction counts are integers
-        first = 3 + work.decode_steps
-        phases["projection_calls"] = tables[str(first + 1)].minus(tables[str(first)])
-        phases["op_calls"] = tables[str(first + 2)].minus(tables[str(first + 1)])
-    return {"workload": asdict(work), "label": work.label, "shape": spec["shape"],
+    phases = {name: tables[last].minus(tables[first]) for name, (first, last) in marks.items()}
+    return {"workload": asdict(work), "label": work.label, "shape": argument["shape"],
             "emulated_seconds": seconds, "tokens": out["tokens"], "guest_torch": out["torch"],
             "packed_bytes": (out["report"] or {}).get("packed_bytes", 0),
             "packed_source_bytes": out["packed_source_bytes"],
             "provider": (out["report"] or {}).get("provider"),
             "phases": {name: {"components": c.by_component(), "libraries": c.libraries}
                        for name, c in phases.items()}}
+
+
+def workloads(shapes, layouts) -> list[Workload]:
+    """Each shape with the policy off (F.linear), then on in each layout."""
+    out = []
+    for name in shapes:
+        out.append(Workload(name, policy=False))
+        out.extend(Workload(name, policy=True, weight_dtype=d) for d in layouts)
+    return out
 
 
 def scratch_dir() -> Path:

@@ -1,6 +1,8 @@
 """The board model's section of the report: ``board-model.json`` (``python -m
 sglang_rvv.boardmodel``) as a table and a stacked bar chart per model and layout, each labelled as
-modelled from emulated instruction counts, never measured.
+modelled from emulated instruction counts, never measured; and a board's own counters of the same
+workloads (``board-counters.json``, ``python -m sglang_rvv.boardmodel.counters``, which
+``make reproduce`` runs), set beside the model's figures when the run has both.
 
 Reads the JSON only; the model's arithmetic lives in ``sglang_rvv.boardmodel.model``.
 """
@@ -13,14 +15,15 @@ from pathlib import Path
 from .markdown import _table
 
 FILE = "board-model.json"
+COUNTERS_FILE = "board-counters.json"
 LABEL = "modelled from emulated instruction counts, not measured on a board"
 # The report's four groups, from the counter's components.
 GROUPS = {"kernel": ("kernel",), "torch ops": ("torch",), "interpreter": ("interpreter",),
           "other": ("libgomp", "libc", "libm", "other")}
 
 
-def load(run_dir: Path) -> dict | None:
-    path = run_dir / FILE
+def load(run_dir: Path, name: str = FILE) -> dict | None:
+    path = run_dir / name
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -117,10 +120,57 @@ def plot(data: dict, path: Path) -> Path:
     return path
 
 
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "n/a"
+
+
+def _millions(value) -> str:
+    return "not counted" if value is None else f"{value / 1e6:.1f}"
+
+
+def counters_section(measured: dict, modelled: dict | None) -> str:
+    """The board's counts per decode token, beside the model's for the same workload label: the
+    instructions should agree (the same code, another machine's libraries aside), and the board's
+    cycles against the model's are what its IPC assumptions are calibrated from. Nothing is fitted."""
+    priced = {w["label"]: w for w in (modelled or {}).get("workloads", [])}
+    head = ["model", "layout", "ms/token (clock)", "instructions (M)", "cycles (M)", "IPC",
+            "emulated instructions (M)", "board / emulated instructions", "modelled cycles (M)",
+            "board / modelled cycles", "modelled IPC"]
+    rows = []
+    for w in measured["workloads"]:
+        step = w["per_token"]
+        insns, cycles = step.get("instructions"), step.get("cycles")
+        model = priced.get(w["label"])
+        emulated = sum(v["insns"] for v in model["per_token"].values()) if model else None
+        one_thread = model["prediction"].get("cycles_one_thread") if model else None
+        flags = " (multiplexed)" if any(k.endswith("_multiplexed") for k in step) else ""
+        rows.append([w["workload"]["name"], layout(w["workload"]), f"{step['seconds'] * 1e3:.1f}",
+                     _millions(insns) + flags, _millions(cycles) + flags, _ratio(insns, cycles),
+                     _millions(emulated), _ratio(insns, emulated), _millions(one_thread),
+                     _ratio(cycles, one_thread), _ratio(emulated, one_thread)])
+    parts = [f"*{measured['label']}*, on `{measured['host']}` ({measured['machine']}, isa "
+             f"`{measured['isa'] or 'n/a'}`): per decode token ({measured['per_token_phase']}), the workloads "
+             "the board model counts under qemu, run natively. The model's columns are its one-thread cycles "
+             "(every component's instructions at its IPC, no weight-stream bound), from this run's "
+             f"`{FILE}` where it has the same workload.", _table(head, rows)]
+    if measured.get("unavailable"):
+        parts.append(f"No counts: {measured['unavailable']}.")
+    if modelled is None:
+        parts.append(f"No `{FILE}` in this run: `make board-model RUN=<this run directory>` adds the model's "
+                     "figures for the same workloads (counted under qemu on a development machine).")
+    if measured.get("skipped"):
+        parts.append("Skipped: " + "; ".join(f"{k}: {v}" for k, v in measured["skipped"].items()))
+    return "\n\n".join(parts)
+
+
 def render(run_dir: Path, out_dir: Path) -> str:
-    """The markdown section (with its chart in out_dir/plots), or "" when the run has no board model."""
-    data = load(run_dir)
-    if data is None:
-        return ""
-    chart = plot(data, out_dir / "plots" / "board-model.png") if data["workloads"] else None
-    return f"## Board model\n\n{section(data, chart, out_dir)}\n"
+    """The markdown sections (the model's chart in out_dir/plots), or "" when the run has neither
+    a board model nor a board's counters."""
+    data, measured = load(run_dir), load(run_dir, COUNTERS_FILE)
+    out = ""
+    if data is not None:
+        chart = plot(data, out_dir / "plots" / "board-model.png") if data["workloads"] else None
+        out += f"## Board model\n\n{section(data, chart, out_dir)}\n"
+    if measured is not None:
+        out += f"\n## Board counters\n\n{counters_section(measured, data)}\n"
+    return out
