@@ -15,7 +15,7 @@ On a board (``counters`` in the spec, :mod:`.counters`) it runs natively instead
 also reads this process's hardware counters (perf_event_open) and the clock: the same phases,
 measured. The counted (qemu) path leaves ``mark`` as it is.
 
-Argument: one JSON object (see run.Workload.argv).
+Argument: one JSON object (run.spec).
 """
 
 import json
