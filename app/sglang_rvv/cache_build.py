@@ -68,9 +68,10 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, config, *, 
     }
     write_json(cache_dir / MANIFEST, manifest, sort_keys=True)
     row_major = sum(entry["route"] == Choice.ROW_MAJOR for entry in routes)
+    eager = sum(entry["route"] == Choice.EAGER for entry in routes)
     print(f"warm cache ready in {time.monotonic() - began:.0f} s: {len(warmup['keys'])} shape keys, "
           f"{warmup['compiled']} compiled, {warmup['cache_hits']} already cached; route table: "
-          f"{row_major} of {len(routes)} buckets row-major", file=sys.stderr)
+          f"{row_major} of {len(routes)} buckets row-major, {eager} eager", file=sys.stderr)
     return manifest
 
 

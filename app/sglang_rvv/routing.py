@@ -118,8 +118,9 @@ def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None
 class Decision(NamedTuple):
     route: Route
     bucket: int | None
-    # The shape key the call reached: the compiled callable's, or for row_major_measured the
-    # one the table measured; None for the other row-major routes and for packed_eager.
+    # The shape key the call reached: the compiled callable's, or for row_major_measured and a
+    # measured packed_eager the one the table measured; None for the other row-major routes and
+    # for packed_eager without regional compile.
     key: RegionalShapeKey | None
 
 
@@ -169,9 +170,12 @@ def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, 
     key = RegionalShapeKey(torch.bfloat16, "cpu", projection, bucket, weight_shape[0], weight_shape[-1], mode)
     if mode == Mode.EXPLICIT_PACKED and packed_layout is not None:
         key = key._replace(layout=packed_layout.name, group=packed_layout.group)
-    # The table measures packed keys only.
-    if mode == Mode.EXPLICIT_PACKED and config.measure_routes and table.sends_row_major(key.shape):
-        return Decision(Route.ROW_MAJOR_MEASURED, bucket, key)
+    # The table measures packed keys only: F.linear or the eager kernel where either beat the compiled one.
+    if mode == Mode.EXPLICIT_PACKED and config.measure_routes:
+        if table.sends_row_major(key.shape):
+            return Decision(Route.ROW_MAJOR_MEASURED, bucket, key)
+        if table.sends_eager(key.shape):
+            return Decision(Route.PACKED_EAGER, bucket, key)
     return Decision(route, bucket, key)
 
 

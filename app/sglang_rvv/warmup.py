@@ -6,15 +6,17 @@ asks :func:`routing.decide` what each routed projection does at each bucket
 and calls each compiled key once (on a zero input of the bucket's row count),
 which compiles it, or loads it from the Inductor cache when a warm cache
 holds it. The report counts both: on a warm cache ``compiled`` is 0. Keys
-that a route table measured on this same stack sends row-major are never
-compiled nor loaded: on a warm start that is most of them, and loading each
-costs a Dynamo trace.
+that a route table measured on this same stack sends row-major or to the eager
+kernel are never compiled nor loaded: on a warm start that is most of them, and
+loading each costs a Dynamo trace.
 
 With ``measure_routes`` (the default) it then measures what the route table
 (:mod:`sglang_rvv.route_table`) lacks: for each packed key, the compiled
-callable is timed against row-major ``F.linear`` on the module's own weights.
-The table decides, keeps the file up to date, and routes the buckets where
-packed does not win clearly row-major (``row_major_measured``).
+callable is timed against row-major ``F.linear`` and against the eager packed
+call on the module's own weights. The table decides, keeps the file up to date,
+routes the buckets where packed does not win clearly row-major
+(``row_major_measured``), and those where the eager call beat the compiled one
+eager (``packed_eager``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from . import packed_state, routing
+from .bodies import eager_call
 from .policy import RvvPolicy
 from .route_table import Choice, Entry, RouteTable
 
@@ -52,23 +55,26 @@ class WarmupReport:
     cache_hits: int = 0  # Inductor artifacts loaded from the cache
     seconds: float = 0.0
     # One entry per packed key: projection, bucket, out_features, in_features, layout, group,
-    # packed_us, row_major_us, route ("packed" | "row_major"), source ("measured" | "cache").
+    # packed_us, row_major_us, eager_us, route ("packed" | "eager" | "row_major"), source ("measured" | "cache").
     route_table: list[dict] = field(default_factory=list)
     route_table_seconds: float = 0.0  # part of ``seconds`` spent loading or measuring the table
     skipped_row_major: int = 0  # packed keys a cached route table sends row-major: not compiled, not loaded
+    skipped_eager: int = 0  # ... and those it sends to the eager kernel
 
     def summary(self) -> str:
         text = (
             f"sglang_rvv: warm-up: {len(self.keys)} shape keys in {self.seconds:.1f} s, "
             f"{self.compiled} Inductor compiles, {self.cache_hits} cache hits"
         )
-        if self.skipped_row_major:
-            text += f" ({self.skipped_row_major} more keys routed row-major by the cached route table, not loaded)"
+        if self.skipped_row_major or self.skipped_eager:
+            text += (f" ({self.skipped_row_major} more keys routed row-major and {self.skipped_eager} eager by the "
+                     "cached route table, not loaded)")
         if self.route_table:
             row_major = sum(entry["route"] == Choice.ROW_MAJOR for entry in self.route_table)
+            eager = sum(entry["route"] == Choice.EAGER for entry in self.route_table)
             measured = sum(entry["source"] == "measured" for entry in self.route_table)
             text += (
-                f"; route table: {row_major} of {len(self.route_table)} buckets row-major "
+                f"; route table: {row_major} of {len(self.route_table)} buckets row-major, {eager} eager "
                 f"({measured} measured, {len(self.route_table) - measured} from the cache, "
                 f"{self.route_table_seconds:.1f} s)"
             )
@@ -89,27 +95,29 @@ def format_key(key: routing.RegionalShapeKey) -> str:
 
 
 def measure_key(key: routing.RegionalShapeKey, modules: Sequence[torch.nn.Module],
-                packed_fn: Callable) -> tuple[float, float]:
-    """(packed µs, row-major µs) of one call at ``key``'s bucket on ``modules``' weights.
+                packed_fn: Callable) -> tuple[float, float, float]:
+    """(packed µs, row-major µs, eager µs) of one call at ``key``'s bucket on ``modules``' weights.
 
-    ``packed_fn`` is ``key``'s compiled callable. Both sides run the bucket's
-    full row count, the work a routed call does. Each gets one untimed call
-    (one-time setup such as oneDNN primitive creation), then they alternate,
-    so load from elsewhere on the machine hits both alike; the fastest call of
-    each side counts, as such load only ever adds time. Timed calls rotate
-    through the weights of every module of the shape, so a model larger than
-    the cache streams them as in serving.
+    ``packed_fn`` is ``key``'s compiled callable; eager is the call the eager packed
+    route makes (:func:`bodies.eager_call`). Every side runs the bucket's full row
+    count, the work a routed call does. Each gets one untimed call (one-time setup
+    such as oneDNN primitive creation), then they alternate, so load from elsewhere
+    on the machine hits all alike; the fastest call of each side counts, as such
+    load only ever adds time. Timed calls rotate through the weights of every module
+    of the shape, so a model larger than the cache streams them as in serving.
     """
     x = modules[0].weight.new_ones(key.rows, key.in_features)
     packed = [packed_state.valid_packed(module, module.weight) for module in modules]
     weights = [module.weight for module in modules]
+    eager_fn, tail = eager_call(key.layout, key.out_features, key.in_features)
     sides = (
         lambda i: packed_fn(x, *packed[i % len(packed)], key.out_features),
         lambda i: F.linear(x, weights[i % len(weights)]),
+        lambda i: eager_fn(x, *packed[i % len(packed)], *tail),
     )
     for side in sides:
         side(0)
-    best = [math.inf, math.inf]
+    best = [math.inf] * len(sides)
     for i in range(1, MAX_ROUNDS + 1):
         for index, side in enumerate(sides):
             start = time.perf_counter()
@@ -117,7 +125,7 @@ def measure_key(key: routing.RegionalShapeKey, modules: Sequence[torch.nn.Module
             best[index] = min(best[index], time.perf_counter() - start)
         if sum(best) >= KEY_BUDGET_S or (i >= MIN_ROUNDS and i * sum(best) >= KEY_BUDGET_S):
             break
-    return best[0] * 1e6, best[1] * 1e6
+    return best[0] * 1e6, best[1] * 1e6, best[2] * 1e6
 
 
 def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list[torch.nn.Module]]:
@@ -144,7 +152,7 @@ def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list
                                       packed_layout=route.record.layout)
             if decision.key is None:  # the gate (small M*N*K), or a buffer gone since the plan
                 continue
-            if decision.route != routing.Route.ROW_MAJOR_MEASURED:
+            if decision.route not in (routing.Route.ROW_MAJOR_MEASURED, routing.Route.PACKED_EAGER):
                 operands = packed if decision.key.mode == routing.Mode.EXPLICIT_PACKED else (weight,)
                 context.compiled.get(decision.key)(x, *operands, decision.key.out_features)
             if decision.key.mode == routing.Mode.EXPLICIT_PACKED:
@@ -211,14 +219,15 @@ def warm_up(policy: RvvPolicy, *, table_dir: str | os.PathLike | None = None) ->
         stored, rejected = RouteTable.load(table_dir)
         if rejected:
             log.warning("sglang_rvv: route table ignored, measuring again: %s", rejected)
-    # A table measured on this very stack routes some keys row-major: those are never called
-    # compiled, so they are neither compiled nor loaded (on a warm start most of the keys).
+    # A table measured on this very stack routes some keys row-major or eager: those are never
+    # called compiled, so they are neither compiled nor loaded (on a warm start most of the keys).
     # Without such a table every key is compiled, so a re-measure never compiles cold.
     context.table = stored
     # no_grad, as SGLang's scheduler and HF generate run: Dynamo guards on grad mode.
     with torch.no_grad():
         packed_keys = _compile_every_key(policy)
         report.skipped_row_major = sum(context.table.sends_row_major(key.shape) for key in packed_keys)
+        report.skipped_eager = sum(context.table.sends_eager(key.shape) for key in packed_keys)
         if context.config.measure_routes and packed_keys:
             table_start = time.perf_counter()
             report.route_table = _route_table(policy, packed_keys, Path(table_dir), stored)

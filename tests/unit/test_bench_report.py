@@ -36,9 +36,9 @@ BOARD_FACTS = {"provider": "rvv", "provider_reason": "native RVV kernels (rvv vl
 O_PROJ_BYTES = 2048 * 2048 * 2
 ROUTE_TABLE = [
     {"projection": "qkv_proj", "bucket": 1, "out_features": 3072, "in_features": 2048, "packed_us": 400.0,
-     "row_major_us": 650.0, "route": "packed", "source": "measured"},
+     "row_major_us": 650.0, "eager_us": 450.0, "route": "packed", "source": "measured"},
     {"projection": "qkv_proj", "bucket": 16, "out_features": 3072, "in_features": 2048, "packed_us": 3600.0,
-     "row_major_us": 990.0, "route": "row_major", "source": "measured"},
+     "row_major_us": 990.0, "eager_us": 4000.0, "route": "row_major", "source": "measured"},
 ]
 
 
@@ -174,7 +174,7 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
     # one-batch: warm median [min-max] over the three processes, and the on/off ratio
     assert "| packed (flag on) | artifact-warm | 3 | 100.0 [100.0–100.0] | 14.0 [13.5–14.5] |" in markdown
     assert "| on / off | artifact-warm |  | 1.00× | 2.33× | 1.00× |" in markdown
-    assert "| qkv_proj | 16 | 3072x2048 | 3,600 | 990 | row_major | measured |" in markdown
+    assert "| qkv_proj | 16 | 3072x2048 | 3,600 | 4,000 | 990 | row_major | measured |" in markdown
     assert "| qkv_proj | packed_compiled | 2 |  | 14 |" in markdown
     assert "0123456789ab" in markdown and "Test CPU" in markdown
     assert "| packed (flag on) | 3 | 128.0 | 13.0 | 5 6 7 8 9 10 11 12 |" in markdown

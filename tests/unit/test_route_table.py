@@ -19,7 +19,9 @@ from sglang_rvv.warmup import warm_up
 from support import assert_bf16_close, packed_keys
 
 TABLE_FIELDS = {"projection", "bucket", "out_features", "in_features", "layout", "group", "packed_us", "row_major_us",
-                "route", "source"}
+                "eager_us", "route", "source"}
+ROUTE_OF = {"packed": routing.Route.PACKED_COMPILED, "eager": routing.Route.PACKED_EAGER,
+            "row_major": routing.Route.ROW_MAJOR_MEASURED}
 
 
 def _id(entry):
@@ -31,11 +33,13 @@ def _ids(table):
     return set(map(_id, table))
 
 
-def _fake_timings(losing_buckets):
-    """A measurement where packed takes 2x row-major in ``losing_buckets`` and half elsewhere."""
+def _fake_timings(losing_buckets, eager_buckets=()):
+    """A measurement where packed takes 2x row-major in ``losing_buckets`` and half elsewhere, and
+    the eager call beats the compiled one in ``eager_buckets`` only."""
     def measure(key, modules, packed_fn):
         assert key.mode == routing.Mode.EXPLICIT_PACKED and modules and callable(packed_fn)
-        return (200.0, 100.0) if key.rows in losing_buckets else (50.0, 100.0)
+        packed = 200.0 if key.rows in losing_buckets else 50.0
+        return packed, 100.0, (packed * 0.5 if key.rows in eager_buckets else packed * 1.5)
     return measure
 
 
@@ -51,17 +55,21 @@ def _call(module, rows):
         return module(x), F.linear(x, module.weight)
 
 
-@pytest.mark.parametrize("packed_us,row_major_us,route", [
-    (50.0, 100.0, "packed"),
-    (84.9, 100.0, "packed"),
-    (85.0, 100.0, "row_major"),  # within the 15 % margin: a near-tie stays row-major
-    (90.0, 100.0, "row_major"),
-    (100.0, 100.0, "row_major"),
-    (300.0, 100.0, "row_major"),
+@pytest.mark.parametrize("packed_us,row_major_us,eager_us,route", [
+    (50.0, 100.0, 60.0, "packed"),
+    (84.9, 100.0, 90.0, "packed"),
+    (85.0, 100.0, 90.0, "row_major"),  # within the 15 % margin: a near-tie stays row-major
+    (90.0, 100.0, 90.0, "row_major"),
+    (100.0, 100.0, 300.0, "row_major"),
+    (300.0, 100.0, 300.0, "row_major"),
+    (300.0, 100.0, 84.9, "eager"),      # the eager kernel wins where the compiled one lost
+    (50.0, 100.0, 49.9, "eager"),       # the faster of the two packed calls, no margin between them
+    (50.0, 100.0, 50.0, "packed"),      # a tie stays compiled
+    (300.0, 100.0, 85.0, "row_major"),  # the margin holds for the eager call too
 ])
-def test_packed_must_win_by_the_margin(packed_us, row_major_us, route):
+def test_packed_must_win_by_the_margin_and_the_faster_packed_call_is_taken(packed_us, row_major_us, eager_us, route):
     assert route_table.PACKED_MARGIN == 0.85
-    assert route_table.choose(packed_us, row_major_us) == route
+    assert route_table.choose(packed_us, row_major_us, eager_us) == route
 
 
 def test_a_burst_in_one_pass_does_not_decide_a_bucket(policy, tmp_path, monkeypatch):
@@ -72,13 +80,13 @@ def test_a_burst_in_one_pass_does_not_decide_a_bucket(policy, tmp_path, monkeypa
     def measure(key, modules, packed_fn):
         calls.append(key)
         first_pass = calls.count(key) == 1
-        return (400.0 if first_pass else 50.0), (100.0 if first_pass else 120.0)
+        return (400.0 if first_pass else 50.0), (100.0 if first_pass else 120.0), 80.0
 
     monkeypatch.setattr(warmup, "measure_key", measure)
     report = warm_up(policy, table_dir=tmp_path)
     assert len(calls) == warmup.MEASURE_PASSES * len(report.route_table) and warmup.MEASURE_PASSES == 2
-    assert {(entry["route"], entry["packed_us"], entry["row_major_us"]) for entry in report.route_table} == {
-        ("packed", 50.0, 100.0)}
+    assert {(entry["route"], entry["packed_us"], entry["row_major_us"], entry["eager_us"])
+            for entry in report.route_table} == {("packed", 50.0, 100.0, 80.0)}
 
 
 def test_a_losing_bucket_is_served_row_major(policy, llama, tmp_path, monkeypatch):
@@ -119,7 +127,8 @@ def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, t
     assert len(table) == len(_ids(table)), "one entry per compiled key"
     for entry in table:
         assert entry["source"] == "measured" and entry["packed_us"] > 0 and entry["row_major_us"] > 0
-        assert entry["route"] == route_table.choose(entry["packed_us"], entry["row_major_us"])
+        assert entry["eager_us"] > 0
+        assert entry["route"] == route_table.choose(entry["packed_us"], entry["row_major_us"], entry["eager_us"])
     assert report.route_table_seconds > 0
 
     # Routing follows the table, bucket by bucket, and matches F.linear.
@@ -128,8 +137,7 @@ def test_a_real_measurement_routes_by_its_table_and_round_trips(policy, llama, t
         policy.counters.clear()
         out, ref = _call(o_proj, entry["bucket"])
         assert_bf16_close(out, ref)
-        want = routing.Route.PACKED_COMPILED if entry["route"] == "packed" else routing.Route.ROW_MAJOR_MEASURED
-        assert policy.counters == {("o_proj", want, str(entry["bucket"])): 1}, entry
+        assert policy.counters == {("o_proj", ROUTE_OF[entry["route"]], str(entry["bucket"])): 1}, entry
 
     # The file holds the same entries and the stack they were measured on.
     stored = json.loads((tmp_path / inductor_cache.ROUTE_TABLE).read_text())
@@ -150,7 +158,7 @@ def test_a_cached_route_is_decided_again_from_its_times(policy, tmp_path, monkey
     measured = warm_up(policy, table_dir=tmp_path).route_table
     stored = json.loads((tmp_path / inductor_cache.ROUTE_TABLE).read_text())
     for entry in stored["entries"]:  # a 5 % win, which an older 0.95 margin called packed
-        entry.update(packed_us=95.0, row_major_us=100.0, route="packed")
+        entry.update(packed_us=95.0, row_major_us=100.0, eager_us=96.0, route="packed")
     (tmp_path / inductor_cache.ROUTE_TABLE).write_text(json.dumps(stored))
     monkeypatch.setattr(warmup, "measure_key", lambda key, modules, packed_fn: pytest.fail(f"{key} measured again"))
 
@@ -165,7 +173,7 @@ def test_a_cached_route_is_decided_again_from_its_times(policy, tmp_path, monkey
 def test_a_table_from_another_stack_is_ignored_and_remeasured(policy, tmp_path, monkeypatch, caplog, field, value):
     monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
     foreign = [{"projection": "o_proj", "bucket": 1, "out_features": 1024, "in_features": 1024,
-                "packed_us": 1.0, "row_major_us": 0.5, "route": "row_major"}]
+                "packed_us": 1.0, "row_major_us": 0.5, "eager_us": 1.0, "route": "row_major"}]
     stale = {**route_table.stack(), field: value, "entries": foreign}
     (tmp_path / inductor_cache.ROUTE_TABLE).write_text(json.dumps(stale))
 
@@ -180,9 +188,11 @@ def test_a_table_from_another_stack_is_ignored_and_remeasured(policy, tmp_path, 
     assert len(rewritten["entries"]) == len(report.route_table)
 
 
-@pytest.mark.parametrize("text", ["{not json", "[]", '{"entries": [{"bucket": 1}]}'])
+@pytest.mark.parametrize("text", ["{not json", "[]", "an entry lacking its fields"])
 def test_an_unreadable_table_is_ignored_and_remeasured(policy, tmp_path, monkeypatch, caplog, text):
     monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
+    if text == "an entry lacking its fields":  # of this very stack, so the entries are read
+        text = json.dumps({**route_table.stack(), "entries": [{"bucket": 1}]})
     (tmp_path / inductor_cache.ROUTE_TABLE).write_text(text)
     with caplog.at_level(logging.WARNING, logger="sglang_rvv"):
         report = warm_up(policy, table_dir=tmp_path)
@@ -195,7 +205,8 @@ def test_an_unreadable_table_is_ignored_and_remeasured(policy, tmp_path, monkeyp
 def test_entries_of_other_shapes_stay_in_the_file(policy, tmp_path, monkeypatch):
     monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
     other = {"projection": "down_proj", "bucket": 2, "out_features": 2048, "in_features": 8192,
-             "packed_us": 9.0, "row_major_us": 5.0, "layout": "int4", "group": 32, "route": "row_major"}
+             "packed_us": 9.0, "row_major_us": 5.0, "eager_us": 9.0, "layout": "int4", "group": 32,
+             "route": "row_major"}
     RouteTable([Entry.from_dict(other)]).store(tmp_path)
     report = warm_up(policy, table_dir=tmp_path)
     table, _ = RouteTable.load(tmp_path)
@@ -339,7 +350,8 @@ def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_m
     monkeypatch.setattr(policy.context, "compiled", routing.CompiledCallables())
     again = warm_up(policy, table_dir=tmp_path)
     assert again.skipped_row_major == len(row_major_ids)
-    assert "routed row-major by the cached route table, not loaded" in again.summary()
+    assert f"{len(row_major_ids)} more keys routed row-major and 0 eager by the cached route table, not loaded" in (
+        again.summary())
     assert all(e["source"] == "cache" for e in again.route_table) and _ids(again.route_table) == _ids(first.route_table)
     compiled = {k.shape for k in policy.context.compiled.keys() if k.mode == routing.Mode.EXPLICIT_PACKED}
     assert compiled == _ids(first.route_table) - row_major_ids
@@ -363,8 +375,48 @@ def test_a_warm_start_neither_compiles_nor_loads_the_keys_its_table_routes_row_m
 
 def test_an_entry_from_before_the_layouts_is_a_bf16_one():
     stored = {"projection": "o_proj", "bucket": 4, "out_features": 1024, "in_features": 1024,
-              "packed_us": 9.0, "row_major_us": 5.0, "route": "row_major"}
+              "packed_us": 9.0, "row_major_us": 5.0, "eager_us": 9.0, "route": "row_major"}
     entry = Entry.from_dict(stored)
     assert entry.shape == Shape("o_proj", 4, 1024, 1024, "bf16", 0)
     assert RouteTable([entry]).sends_row_major(entry.shape)
     assert not RouteTable([entry]).sends_row_major(Shape("o_proj", 4, 1024, 1024, "int8", 1024))
+
+
+def test_a_bucket_whose_eager_call_wins_is_served_eager_and_never_compiled_again(llama, policy, tmp_path, monkeypatch):
+    """Where the eager kernel call beat the compiled callable (one opaque kernel: compiling adds
+    only its wrapper), the table routes the bucket packed_eager: the same packed buffer, the
+    kernel called as it is; a warm start neither compiles nor loads that key."""
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings({4}, eager_buckets={1, 4}))
+    first = warm_up(policy, table_dir=tmp_path)
+    routes = {e["bucket"]: e["route"] for e in first.route_table if e["projection"] == "o_proj"}
+    assert routes[1] == "eager" and routes[4] == "row_major" and routes[8] == "packed"
+    assert "eager" in first.summary()
+    o_proj = llama.model.layers[0].self_attn.o_proj
+    for rows, want in ((1, routing.Route.PACKED_EAGER), (3, routing.Route.ROW_MAJOR_MEASURED),
+                       (8, routing.Route.PACKED_COMPILED)):
+        for _ in range(2):  # the full decision, then the memoised one
+            policy.counters.clear()
+            out, ref = _call(o_proj, rows)
+            assert_bf16_close(out, ref)
+            bucket = routing.bucket_rows(rows, small_batch=True, projection="o_proj")
+            assert policy.counters == {("o_proj", want, str(bucket)): 1}
+
+    monkeypatch.setattr(policy.context, "compiled", routing.CompiledCallables())
+    again = warm_up(policy, table_dir=tmp_path)
+    eager_ids = {_id(e) for e in first.route_table if e["route"] == "eager"}
+    assert again.skipped_eager == len(eager_ids) and eager_ids
+    compiled = {k.shape for k in policy.context.compiled.keys() if k.mode == routing.Mode.EXPLICIT_PACKED}
+    row_major_ids = {_id(e) for e in first.route_table if e["route"] == "row_major"}
+    assert compiled == _ids(first.route_table) - row_major_ids - eager_ids
+
+
+def test_a_table_of_the_schema_before_eager_times_is_ignored_and_remeasured(policy, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(warmup, "measure_key", _fake_timings(set()))
+    entries = [{"projection": "o_proj", "bucket": 1, "out_features": 1024, "in_features": 1024,
+                "packed_us": 1.0, "row_major_us": 0.5, "route": "row_major"}]
+    (tmp_path / inductor_cache.ROUTE_TABLE).write_text(json.dumps({**route_table.stack(), "schema": 1,
+                                                                   "entries": entries}))
+    with caplog.at_level(logging.WARNING, logger="sglang_rvv"):
+        report = warm_up(policy, table_dir=tmp_path)
+    assert "measured on another stack: schema: cache 1, running 2" in caplog.text
+    assert all(e["source"] == "measured" for e in report.route_table)

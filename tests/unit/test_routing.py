@@ -135,9 +135,12 @@ def test_decide_is_a_function_of_rows_status_config_and_table():
         return routing.decide("o_proj", rows, status, config, table, weight_shape=shape, servable=servable)
 
     key = routing.RegionalShapeKey(torch.bfloat16, "cpu", "o_proj", 4, 1024, 1024, Mode.EXPLICIT_PACKED)
-    losing = RouteTable([Entry("o_proj", 4, 1024, 1024, packed_us=200.0, row_major_us=100.0)])
+    losing = RouteTable([Entry("o_proj", 4, 1024, 1024, packed_us=200.0, row_major_us=100.0, eager_us=300.0)])
     assert decide(3, Status.PACKED) == (Route.PACKED_COMPILED, 4, key)
     assert decide(3, Status.PACKED, table=losing) == (Route.ROW_MAJOR_MEASURED, 4, key)
+    eager = RouteTable([Entry("o_proj", 4, 1024, 1024, packed_us=200.0, row_major_us=100.0, eager_us=50.0)])
+    assert decide(3, Status.PACKED, table=eager) == (Route.PACKED_EAGER, 4, key)
+    assert decide(3, Status.PACKED, RvvPolicyConfig(measure_routes=False), eager) == (Route.PACKED_COMPILED, 4, key)
     assert decide(3, Status.PACKED, RvvPolicyConfig(measure_routes=False), losing) == (Route.PACKED_COMPILED, 4, key)
     assert decide(3, Status.ROW_MAJOR_ONLY, table=losing) == (
         Route.ROW_MAJOR_COMPILED, 4, key._replace(mode=Mode.ROW_MAJOR))

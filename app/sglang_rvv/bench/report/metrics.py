@@ -76,7 +76,7 @@ def metric_rows(run: Run) -> list[dict]:
             add("hf_generate", "decode_tok_s", layout_mode(name), "", "median", v["decode_tok_s"], "tok/s")
             add("hf_generate", "decode_tok_s", f"{name} / bf16", "", "ratio", v["vs_bf16"], "×")
     for entry in summaries.route_table(run) or []:
-        for stat in ("packed_us", "row_major_us"):
+        for stat in ("packed_us", "eager_us", "row_major_us"):
             add("route_table", entry["projection"], entry.get("route", ""), f"bucket={entry['bucket']}", stat,
                 entry.get(stat), "us")
     for target in targets(run):
