@@ -31,10 +31,12 @@ class RvvPolicyConfig:
             Off, such projections are freed and run row-major (route
             ``row_major_invalid``) until the next install or repacking invalidate.
         measure_routes: at warm-up, time each compiled bucket's packed callable
-            against row-major ``F.linear`` and send the buckets where packed
-            loses row-major (route ``row_major_measured``); the table is kept
-            in the Inductor cache directory. Off, every bucket takes the packed
-            route, as without a warm-up.
+            against the eager packed call and row-major ``F.linear``; send the
+            buckets where packed loses row-major (route ``row_major_measured``)
+            and those where the eager call beat the compiled one eager (route
+            ``packed_eager``); the table is kept in the Inductor cache
+            directory. Off, every bucket takes the compiled packed route, as
+            without a warm-up.
         weight_dtype: the packed layout of the projections: ``"bf16"`` (the weight
             as it is), or ``"int8"`` / ``"int4"``, quantized at pack time from the
             BF16 weight, which stays the source of truth (see :mod:`layout`).

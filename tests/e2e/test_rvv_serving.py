@@ -125,7 +125,8 @@ def test_two_concurrent_requests_use_the_m2_bucket_as_the_route_table_says(llama
     assert [r["usage"]["completion_tokens"] for r in results] == [tokens, tokens]
     after = _metrics(on)
     for projection in PROJECTIONS:
-        route = "packed_compiled" if table[(projection, 2)] == "packed" else "row_major_measured"
+        route = {"packed": "packed_compiled", "eager": "packed_eager", "row_major": "row_major_measured"}[
+            table[(projection, 2)]]
         key = (projection, route, "2")
         assert after.get(key, 0) > before.get(key, 0), (key, table, after)
     assert not any(route in ("row_major_gate", "row_major_invalid", "row_major_budget") for (_, route, _) in after)

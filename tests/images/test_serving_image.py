@@ -21,7 +21,7 @@ from image_support import HOST_ARCH, LOCK_PY, REPO, Container, completion, compo
 CACHE_VOLUME = "/var/cache/sglang-rvv/inductor"
 MANIFEST_IN_IMAGE = "/usr/share/sglang-rvv/inductor-warm/sglang_rvv_cache_manifest.json"
 WARMUP_RE = re.compile(r"warm-up: (\d+) shape keys in [\d.]+ s, (\d+) Inductor compiles, (\d+) cache hits")
-SKIPPED_RE = re.compile(r"\((\d+) more keys routed row-major by the cached route table, not loaded\)")
+SKIPPED_RE = re.compile(r"\((\d+) more keys routed row-major and (\d+) eager by the cached route table, not loaded\)")
 
 
 def _in_image(image: str, *command: str) -> str:
@@ -96,16 +96,18 @@ def test_the_warm_image_loads_every_key_from_its_cache_and_compiles_nothing(amd6
         assert "Inductor cache: artifact-warm" in logs
         keys, compiles, hits = map(int, WARMUP_RE.search(logs).groups())
         skipped = SKIPPED_RE.search(logs)
-        skipped = int(skipped.group(1)) if skipped else 0
+        row_major, eager = map(int, skipped.groups()) if skipped else (0, 0)
         print(f"warm start: healthy after {seconds:.0f} s; {keys} keys, {compiles} compiles, {hits} cache hits, "
-              f"{skipped} routed row-major and not loaded (the cold build-time warm-up compiled {cold_compiles})")
+              f"{row_major} routed row-major and {eager} eager, not loaded (the cold build-time warm-up compiled "
+              f"{cold_compiles})")
         # The route table measured at build time came with the cache: nothing is re-measured, and
-        # the keys it routes row-major are not even loaded.
+        # the keys it routes row-major or eager are not even loaded.
         report = json.loads(container.exec("cat", f"{_cache_dir()}/sglang_rvv_report.json"))
         table = report["warmup"]["route_table"]
         assert table and {entry["source"] for entry in table} == {"cache"}, table
-        assert skipped == sum(entry["route"] == "row_major" for entry in table)
-        assert keys + skipped == len(manifest["shape_keys"])
+        assert row_major == sum(entry["route"] == "row_major" for entry in table)
+        assert eager == sum(entry["route"] == "eager" for entry in table)
+        assert keys + row_major + eager == len(manifest["shape_keys"])
         assert compiles < cold_compiles and compiles == 0
         assert hits == keys
         assert completion(container.port)["usage"]["completion_tokens"] == 8

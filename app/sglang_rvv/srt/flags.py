@@ -72,9 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "loads artifacts. Off: keys compile at their first call and every bucket "
                             "takes the packed route. Default: on.")
     group.add_argument("--cpu-rvv-measure-routes", action=argparse.BooleanOptionalAction, default=True,
-                       help="At the warm-up, time each bucket's packed route against row-major "
-                            "F.linear and serve the buckets where packed loses row-major; the table is "
-                            "kept in the Inductor cache directory. Default: on.")
+                       help="At the warm-up, time each bucket's compiled packed route against the eager "
+                            "packed call and row-major F.linear, and serve each bucket the fastest way (packed "
+                            "must beat F.linear by 15 %%); the table is kept in the Inductor cache directory. "
+                            "Default: on.")
     group.add_argument("--cpu-rvv-report-path", default=None, metavar="PATH",
                        help=f"Where to write the JSON policy report. Default: {REPORT_NAME} in the "
                             "Inductor cache directory (TORCHINDUCTOR_CACHE_DIR).")
