@@ -37,9 +37,20 @@ def test_the_table_says_not_available_with_the_reason():
         dict(projection="o_proj", n=2048, k=2048, weight_dtype="int8", rows=1, not_available="packed as bf16"),
     ]))
     lines = table.splitlines()
-    assert lines[0].count("|") == lines[2].count("|") == lines[3].count("|") == 13
+    assert lines[0].count("|") == lines[2].count("|") == lines[3].count("|") == 14
     assert "| int8 | 1 | not available: packed as bf16 |" in lines[3]
-    assert "| 8.00 | 80 | 100 |" in lines[2] and "88%" in lines[2]
+    assert "| 8.00 | 80 | n/a | 100 |" in lines[2] and "88%" in lines[2]  # a run without the eager time
+
+
+def test_the_faster_packed_call_sets_the_bandwidth_as_the_route_table_would_serve_it():
+    eager_wins, compiled_wins = layouts.with_ratios([
+        _row("bf16", 1, 80.0, read_us=40.0) | {"eager_us": 50.0},
+        _row("int8", 1, 60.0, read_us=20.0, bytes_per_call=4 << 20) | {"eager_us": 70.0},
+    ])
+    assert eager_wins["packed_gbs"] == pytest.approx((8 << 20) / 50e-6 / 1e9) and eager_wins["of_read"] == 40 / 50
+    assert compiled_wins["vs_bf16_packed"] == 50 / 60 and compiled_wins["vs_linear"] == 100 / 60
+    row = layouts.format_table([eager_wins]).splitlines()[2]
+    assert "| 8.00 | 80 | 50 | 100 | 167.8 |" in row
 
 
 def test_an_unknown_dtype_is_an_argparse_error():

@@ -6,8 +6,11 @@ from memory) get the policy with that ``weight_dtype`` and every bucket on the p
 route (no measured route table: this compares kernels); each cell's key compiles in
 its untimed first calls, so only the measured rows compile.
 Per cell and in the same interleaved rounds (the fastest of :data:`.linear.ROUNDS`):
-row-major ``F.linear`` on the BF16 weight, the policy's call, and at M=1 a plain read
-of the packed tensors (the bandwidth decode could reach at that moment).
+row-major ``F.linear`` on the BF16 weight, the policy's call (the compiled packed
+route), the eager packed call on the same buffers (:func:`bodies.eager_call`, what the
+measured route table serves where it is faster), and at M=1 a plain read of the packed
+tensors (the bandwidth decode could reach at that moment). GB/s and the ratios take the
+faster of the two packed calls, as the route table would.
 
 Bytes streamed per call are the real packed bytes of one copy, scales included
 (``RvvPolicy.packed_bytes()`` over the copies), so GB/s compares layouts honestly: an
@@ -107,23 +110,26 @@ def _policy(linears: list, kind: str, weight_dtype: str):
     return policy, None
 
 
-def _cell(rows: int, linears, policy, bytes_per_call: int, min_time: float) -> dict:
+def _cell(rows: int, linears, policy, layout_name: str, bytes_per_call: int, min_time: float) -> dict:
     import torch
     import torch.nn.functional as F
 
+    from ..bodies import eager_call
     from ..srt.metrics import packed_tensors
     from .linear import ROUNDS, _time
 
-    k = linears[0].in_features
+    n, k = linears[0].out_features, linears[0].in_features
     x = torch.randn(rows, k, dtype=torch.bfloat16)
+    tensors = [packed_tensors(lin) for lin in linears]
+    eager, tail = eager_call(layout_name, n, k)
     variants = {
         "linear_us": (lambda w: F.linear(x, w), [lin.weight for lin in linears]),
         "packed_us": (lambda lin: lin(x), linears),
+        "eager_us": (lambda ts: eager(x, *ts, *tail), tensors),
     }
     if rows == 1:
         # A reduction over the packed tensors themselves, in the same rounds: decode's limit now.
         # (As float32 words, the widest cheap reduction; every packed tensor's last dim is 32 elements.)
-        tensors = [packed_tensors(lin) for lin in linears]
         variants["read_us"] = (lambda ts: [t.view(torch.float32).amax() for t in ts], tensors)
     best = dict.fromkeys(variants, math.inf)
     with torch.inference_mode():
@@ -160,24 +166,33 @@ def measure(weight_dtypes: list[str], projections: list[str], rows_list: list[in
                 results += [dict(head, rows=rows, not_available=missing) for rows in rows_list]
             else:
                 per_call = policy.packed_bytes() // copies
-                results += [dict(head, **_cell(rows, linears, policy, per_call, min_time)) for rows in rows_list]
+                results += [dict(head, **_cell(rows, linears, policy, weight_dtype, per_call, min_time))
+                            for rows in rows_list]
             if policy is not None:
                 policy.invalidate(repack=False)  # free this layout's buffers before the next one packs
             del policy
     return with_ratios(results)
 
 
+def packed_call_us(r: dict) -> float:
+    """A cell's packed time: the faster of the compiled and the eager call (a cell of a run
+    before the eager call was timed: the compiled one)."""
+    return min(r["packed_us"], r.get("eager_us", math.inf))
+
+
 def with_ratios(results: list[dict]) -> list[dict]:
-    """Add GB/s (bytes streamed per call over its time) and the ratios to the same cell's bf16 packed
-    time and F.linear time, and at M=1 the fraction of the same-rounds read bandwidth."""
+    """Add GB/s (bytes streamed per call over the faster packed call's time) and the ratios to the
+    same cell's bf16 packed time and F.linear time, and at M=1 the fraction of the same-rounds
+    read bandwidth."""
     bf16 = {(r["projection"], r["rows"]): r for r in results if r["weight_dtype"] == "bf16" and "packed_us" in r}
     for r in results:
         if "packed_us" not in r:
             continue
-        r["packed_gbs"] = r["bytes_per_call"] / r["packed_us"] / 1e3
-        r["vs_linear"] = r["linear_us"] / r["packed_us"]
+        packed = packed_call_us(r)
+        r["packed_gbs"] = r["bytes_per_call"] / packed / 1e3
+        r["vs_linear"] = r["linear_us"] / packed
         base = bf16.get((r["projection"], r["rows"]))
-        r["vs_bf16_packed"] = base["packed_us"] / r["packed_us"] if base else None
+        r["vs_bf16_packed"] = packed_call_us(base) / packed if base else None
         if "read_us" in r:
             r["read_gbs"] = r["bytes_per_call"] / r["read_us"] / 1e3
             r["of_read"] = r["packed_gbs"] / r["read_gbs"]
@@ -185,15 +200,16 @@ def with_ratios(results: list[dict]) -> list[dict]:
 
 
 def format_table(results: list[dict]) -> str:
-    lines = ["| projection | N x K | layout | M | MiB/call | packed us | F.linear us | GB/s | vs bf16 packed "
-             "| vs F.linear | of read (M=1) | route |", "|" + "---|" * 12]
+    lines = ["| projection | N x K | layout | M | MiB/call | packed us (compiled) | packed us (eager) | F.linear us "
+             "| GB/s | vs bf16 packed | vs F.linear | of read (M=1) | route |", "|" + "---|" * 13]
     for r in results:
         cells = [r["projection"], f"{r['n']}x{r['k']}", r["weight_dtype"], r["rows"]]
         if "not_available" in r:
-            cells += [f"not available: {r['not_available']}"] + [""] * 7
+            cells += [f"not available: {r['not_available']}"] + [""] * 8
         else:
             ratio = r["vs_bf16_packed"]
-            cells += [f"{r['bytes_per_call'] / 2**20:.2f}", f"{r['packed_us']:.0f}", f"{r['linear_us']:.0f}",
+            eager = f"{r['eager_us']:.0f}" if "eager_us" in r else "n/a"
+            cells += [f"{r['bytes_per_call'] / 2**20:.2f}", f"{r['packed_us']:.0f}", eager, f"{r['linear_us']:.0f}",
                       f"{r['packed_gbs']:.1f}", "n/a" if ratio is None else f"{ratio:.2f}", f"{r['vs_linear']:.2f}",
                       f"{r['of_read']:.0%}" if "of_read" in r else "", ", ".join(r["routes"])]
         lines.append("| " + " | ".join(map(str, cells)) + " |")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...budget import MIB
 from ..hf_generate import summarize as hf_generate_summarize
+from ..layouts import packed_call_us
 from ..results import WARM, Run, m1_gbs
 from .stats import ratio, request_stats, spread
 
@@ -161,13 +162,13 @@ def _per_layout(results: list[dict]) -> dict:
             per_layout[name] = {"not_available": "; ".join(missing) or "no M=1 cell"}
             continue
         total = sum(r["bytes_per_call"] for r in rows)
-        packed_s = sum(r["packed_us"] for r in rows) / 1e6
+        packed_s = sum(map(packed_call_us, rows)) / 1e6
         base = [b for b in results if b["weight_dtype"] == "bf16" and b["rows"] == 1 and "packed_us" in b]
         per_layout[name] = {
             "bytes_per_token": total, "projections": len(rows), "packed_gbs": total / packed_s / 1e9,
             "read_gbs": total / (sum(r["read_us"] for r in rows) / 1e6) / 1e9,
             "vs_linear": sum(r["linear_us"] for r in rows) / 1e6 / packed_s,
-            "vs_bf16_packed": sum(b["packed_us"] for b in base) / 1e6 / packed_s if len(base) == len(rows) else None,
+            "vs_bf16_packed": sum(map(packed_call_us, base)) / 1e6 / packed_s if len(base) == len(rows) else None,
         }
         per_layout[name]["of_read"] = per_layout[name]["packed_gbs"] / per_layout[name]["read_gbs"]
     return per_layout
