@@ -81,6 +81,7 @@ def test_every_result_and_its_provenance(run_dir, tiny_checkpoints):
         ("o_proj", dtype, 1) for dtype in ("bf16", "int8", "int4")]
     assert cells[0]["bytes_per_call"] == 2048 * 2048 * 2 and cells[0]["packed_gbs"] > 0
     assert all("packed_us" in c or c["not_available"] for c in cells)
+    assert all(c["eager_us"] > 0 for c in cells if "packed_us" in c)  # the eager call, timed beside the compiled
     generate = run.of("hf_generate")["generate"]
     assert generate["repetitions"] == 1 and generate["input_len"] == 64  # --quick
     assert all(len(generate["modes"][mode]["output_ids"]) == 8 for mode in ("off", "on"))
