@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from .markdown import _table
+from .stats import fmt, ratio
 
 FILE = "board-model.json"
 COUNTERS_FILE = "board-counters.json"
@@ -121,11 +122,11 @@ def plot(data: dict, path: Path) -> Path:
 
 
 def _ratio(a, b) -> str:
-    return f"{a / b:.2f}" if a is not None and b else "n/a"
+    return fmt(ratio(a, b), 2)
 
 
 def _millions(value) -> str:
-    return "not counted" if value is None else f"{value / 1e6:.1f}"
+    return "not counted" if value is None else fmt(value / 1e6)
 
 
 def counters_section(measured: dict, modelled: dict | None) -> str:
