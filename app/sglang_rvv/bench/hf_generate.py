@@ -8,10 +8,13 @@ The checkpoint is loaded once with transformers (BF16, CPU); a seeded prompt of
 first row-major, then after ``install_rvv_policy`` and ``warm_up`` on the same
 model object (a 1B model is 2.5 GB: loading it twice would double the peak RSS
 and the run time). Each mode is timed after one untimed generate, so neither
-compiles nor first-call allocations are measured. Per repetition a prefill-only
-generate (one new token) and the full generate are timed; their difference is
-the ``OUTPUT_LEN - 1`` decode steps. The raw times and the generated ids are
-kept, and :func:`summarize` derives the rates (the report and the suite share it).
+compiles nor first-call allocations are measured. Per repetition one generate is
+timed, with a streamer marking when its first new token came: up to there is the
+prefill, the rest the ``OUTPUT_LEN - 1`` decode steps. (Two separate generates,
+prefill-only and full, differed by less than their noise on a tiny model on a
+loaded host, and their difference went negative.) The raw times and the
+generated ids are kept, and :func:`summarize` derives the rates (the report and
+the suite share it).
 
 With ``--weight-dtypes`` the policy is installed again on the same model for each further
 layout (mode ``on-int8``, ``on-int4``: the same BF16 weights quantized at install, the bf16
@@ -43,33 +46,42 @@ def layout_mode(weight_dtype: str) -> str:
     return "on" if weight_dtype == "bf16" else f"on-{weight_dtype}"
 
 
-def _generate(model, prompt, new_tokens: int):
+class _Marks:
+    """A ``generate`` streamer that keeps when each ``put`` came: the prompt's, then one per new token."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+
+    def put(self, _ids) -> None:
+        self.at.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def _generate(model, prompt, streamer: _Marks | None = None) -> list[int]:
     import torch
 
     ids = torch.tensor([prompt])
     # min_new_tokens: an EOS pick must not shorten the output (random weights pick anything).
-    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                          min_new_tokens=new_tokens, do_sample=False)[0, len(prompt):].tolist()
-
-
-def _timed(model, prompt, new_tokens: int) -> tuple[float, list[int]]:
-    began = time.perf_counter()
-    output = _generate(model, prompt, new_tokens)
-    return time.perf_counter() - began, output
+    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=OUTPUT_LEN,
+                          min_new_tokens=OUTPUT_LEN, do_sample=False, streamer=streamer)[0, len(prompt):].tolist()
 
 
 def measure_mode(model, prompt: list[int], repetitions: int) -> dict:
-    """Raw timings of one mode: ``repetitions`` × (prefill-only, full) generates after one untimed one."""
+    """Raw timings of one mode: ``repetitions`` timed generates after one untimed one; per generate
+    the seconds to its first new token (``prefill_s``) and to its last (``full_s``)."""
     import torch
 
     with torch.no_grad():  # as SGLang runs; the compiled routes' Dynamo guards include grad mode
-        _generate(model, prompt, OUTPUT_LEN)
+        _generate(model, prompt)
         prefill_s, full_s, outputs = [], [], []
         for _ in range(repetitions):
-            prefill_s.append(_timed(model, prompt, 1)[0])
-            seconds, output = _timed(model, prompt, OUTPUT_LEN)
-            full_s.append(seconds)
-            outputs.append(output)
+            marks = _Marks()
+            began = time.perf_counter()
+            outputs.append(_generate(model, prompt, marks))
+            full_s.append(time.perf_counter() - began)
+            prefill_s.append(marks.at[1] - began)  # at[0] is the prompt's put, before any forward
     if any(output != outputs[0] for output in outputs):
         raise RuntimeError(f"greedy generate is not deterministic across repetitions: {outputs}")
     return {"prefill_s": prefill_s, "full_s": full_s, "output_ids": outputs[0]}
@@ -134,8 +146,8 @@ def summarize(result: dict) -> dict:
     for mode, raw in result["modes"].items():
         prefill = [result["input_len"] / s for s in raw["prefill_s"]]
         # The full generate is the prefill plus output_len - 1 decode steps.
-        decode = [(result["output_len"] - 1) / (full - pre) for pre, full in zip(raw["prefill_s"], raw["full_s"],
-                                                                                   strict=True) if full > pre]
+        decode = [(result["output_len"] - 1) / (full - pre)
+                  for pre, full in zip(raw["prefill_s"], raw["full_s"], strict=True)]
         out[mode] = {"prefill_tok_s": statistics.median(prefill) if prefill else None,
                      "decode_tok_s": statistics.median(decode) if decode else None, "n": len(raw["full_s"])}
     for key in ("prefill_tok_s", "decode_tok_s"):

@@ -54,6 +54,7 @@ from ..tiny import REAL_SHAPES
 from . import client, fleet, hf_generate, one_batch, results, serving
 from .meta import provenance
 from .progress import Progress
+from .report.stats import fmt
 from .results import COLD, WARM, log_path, m1_gbs, policy_report_path, thread_counts, write_result
 
 STEPS = ("one-batch", "serving", "kernel", "layouts", "hf-generate", "fleet")
@@ -249,9 +250,9 @@ def run_hf_generate(model: Path, run_dir: Path, prov: dict, repetitions: int, se
             progress.step(f"hf-generate: off then on ({', '.join(weight_dtypes)}), {repetitions} repetitions"):
         result = _run_json_step(run_dir, "hf_generate", command, _cache_env(cache, COLD))
     summary = hf_generate.summarize(result)
-    progress.say(f"  decode {summary['off']['decode_tok_s']:.1f} -> {summary['on']['decode_tok_s']:.1f} tok/s "
-                 f"({summary['ratio']['decode_tok_s']:.2f}x), outputs equal: {summary['outputs_equal']}"
-                 + "".join(f"; {name} {v['decode_tok_s']:.1f} tok/s ({v['vs_bf16']:.2f}x bf16)"
+    progress.say(f"  decode {fmt(summary['off']['decode_tok_s'])} -> {fmt(summary['on']['decode_tok_s'])} tok/s "
+                 f"({fmt(summary['ratio']['decode_tok_s'], 2)}x), outputs equal: {summary['outputs_equal']}"
+                 + "".join(f"; {name} {fmt(v['decode_tok_s'])} tok/s ({fmt(v['vs_bf16'], 2)}x bf16)"
                            for name, v in summary["layouts"].items()))
     # Compiles happen before timing (an untimed generate per mode), so the cache state does not apply.
     write_result(run_dir, "hf_generate", "generate", prov, None, command=command,
