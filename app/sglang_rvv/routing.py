@@ -234,7 +234,7 @@ class ModuleRoute:
                 and memo.status == self.status and memo.layout is record.layout
                 and memo.config is self.context.config and memo.table is self.context.table
                 and not torch.is_grad_enabled()):
-            call = memo.calls.get((input.shape, input.dtype, input.device))
+            call = memo.calls.get((input.shape, input.dtype, input.is_cpu))
             if call is not None:
                 if call.fn is None:
                     self.context.counters[call.counter_key] += 1
@@ -293,11 +293,11 @@ class ModuleRoute:
             fn, operands = context.compiled.get(key), (weight,) if key.mode == Mode.ROW_MAJOR else packed
         else:
             if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
-                self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, None,
+                self._memo(weight).calls[(input.shape, input.dtype, input.is_cpu)] = MemoCall(counter_key, None,
                                                                                              bucket, rows, False, ())
             return F.linear(input, weight, bias)
         if route in MEMO_ROUTES and not torch.is_grad_enabled():
-            self._memo(weight).calls[(input.shape, input.dtype, input.device)] = MemoCall(counter_key, fn, bucket, rows,
+            self._memo(weight).calls[(input.shape, input.dtype, input.is_cpu)] = MemoCall(counter_key, fn, bucket, rows,
                                                                                          direct, tail)
         if direct:
             out = fn(input, *operands, *tail)
@@ -319,7 +319,7 @@ def _run(fn: Callable, input: torch.Tensor, operands: tuple[torch.Tensor, ...], 
 
 
 COMPILED_ROUTES = frozenset((Route.PACKED_COMPILED, Route.ROW_MAJOR_COMPILED))
-# Decisions that depend only on the input's shape, dtype and device and on what CallMemo
+# Decisions that depend only on the input's shape, dtype and CPU-ness and on what CallMemo
 # guards. row_major_invalid also depends on the buffer, and row_major_compiled's operand is
 # the live weight, so neither is kept.
 MEMO_ROUTES = frozenset((Route.PACKED_EAGER, Route.PACKED_COMPILED, Route.ROW_MAJOR_GATE, Route.ROW_MAJOR_BUDGET,
@@ -340,7 +340,7 @@ class MemoCall(NamedTuple):
 
 
 class CallMemo:
-    """The decisions of one route, by input (shape, dtype, device).
+    """The decisions of one route, by input (shape, dtype, on the CPU or not).
 
     The full decision (the status, the gate, the bucket, the route table) costs ~30 us of
     Python per call on x86: on the board's in-order core that is tens of thousands of

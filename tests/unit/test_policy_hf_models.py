@@ -109,3 +109,28 @@ def test_a_biased_projection_is_packed_and_adds_its_bias(rows):
     # the same call again takes the memoised path, which adds the bias too
     with torch.no_grad():
         assert torch.equal(q_proj(x), out)
+
+
+@pytest.mark.parametrize("hook", ["forward", "forward_pre", "global_forward"])
+def test_a_routed_projection_still_runs_its_hooks(hook):
+    """A routed projection's call skips nn.Module.__call__ only where that would just call forward:
+    a hook of the module's, or a global one, still runs, on the packed route."""
+    model = tiny.build_model("llama", seed=3)
+    install_rvv_policy(model, RvvPolicyConfig(regional_compile=False))
+    o_proj = model.model.layers[0].self_attn.o_proj
+    x = torch.randn(1, 1024, dtype=torch.bfloat16)
+    seen = []
+    if hook == "forward":
+        handle = o_proj.register_forward_hook(lambda module, args, out: seen.append(out.shape) or out * 2)
+    elif hook == "forward_pre":
+        handle = o_proj.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape) or (args[0] * 2,))
+    else:
+        handle = torch.nn.modules.module.register_module_forward_hook(
+            lambda module, args, out: seen.append(out.shape) or (out * 2 if module is o_proj else out))
+    with torch.no_grad():
+        hooked = o_proj(x)
+        handle.remove()
+        plain = o_proj(x)
+    assert seen and torch.equal(hooked, plain * 2)
+    routes = policy_of(model).counters.by_route()
+    assert routes == {"packed_eager": 2}, routes
