@@ -46,6 +46,7 @@ log = logging.getLogger("sglang_rvv")
 MIN_ROUNDS, MAX_ROUNDS = 2, 8
 KEY_BUDGET_S = 0.1
 MEASURE_PASSES = 2
+PROGRESS_SECONDS = 30
 
 
 @dataclass
@@ -87,6 +88,24 @@ def inductor_cache_counts() -> tuple[int, int]:
 
     inductor = counters["inductor"]
     return inductor["fxgraph_cache_miss"], inductor["fxgraph_cache_hit"]
+
+
+class Progress:
+    """One log line per stretch of a long warm-up step: after its first item, then at most every
+    PROGRESS_SECONDS, and at its end. A board compiles each key natively, and under qemu a warm-up
+    of 30 layers runs for many minutes: a log that stays silent that long looks hung."""
+
+    def __init__(self, what: str, total: int):
+        self.what, self.total = what, total
+        self.done, self.began = 0, time.perf_counter()
+        self.said = -math.inf
+
+    def step(self) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if self.done == 1 or self.done == self.total or now - self.said >= PROGRESS_SECONDS:
+            self.said = now
+            log.info("sglang_rvv: warm-up: %d/%d %s, %.0f s", self.done, self.total, self.what, now - self.began)
 
 
 def format_key(key: routing.RegionalShapeKey) -> str:
@@ -140,7 +159,7 @@ def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list
             weight = module.weight
             groups.setdefault((route.projection, route.status, *weight.shape, weight.dtype, route.record.layout),
                               []).append((module, route))
-    packed_keys = {}
+    packed_keys, calls = {}, []
     for members in groups.values():
         module, route = members[0]
         weight = module.weight
@@ -154,9 +173,13 @@ def _compile_every_key(policy: RvvPolicy) -> dict[routing.RegionalShapeKey, list
                 continue
             if decision.route not in (routing.Route.ROW_MAJOR_MEASURED, routing.Route.PACKED_EAGER):
                 operands = packed if decision.key.mode == routing.Mode.EXPLICIT_PACKED else (weight,)
-                context.compiled.get(decision.key)(x, *operands, decision.key.out_features)
+                calls.append((decision.key, x, operands))
             if decision.key.mode == routing.Mode.EXPLICIT_PACKED:
                 packed_keys[decision.key] = [m for m, _ in members]
+    progress = Progress("keys compiled or loaded from the Inductor cache", len(calls))
+    for key, x, operands in calls:
+        context.compiled.get(key)(x, *operands, key.out_features)
+        progress.step()
     return packed_keys
 
 
@@ -168,10 +191,13 @@ def _measure(policy: RvvPolicy, packed_keys: dict[routing.RegionalShapeKey, list
     the same key in every pass, seconds apart, to decide it.
     """
     best: dict[routing.RegionalShapeKey, tuple[float, float]] = {}
+    progress = Progress(f"route table timings ({len(keys)} keys x {MEASURE_PASSES} passes: compiled, eager, "
+                        "F.linear)", MEASURE_PASSES * len(keys))
     for _ in range(MEASURE_PASSES):
         for key in keys:
             timings = measure_key(key, packed_keys[key], policy.context.compiled.get(key))
             best[key] = tuple(map(min, zip(best.get(key, timings), timings, strict=True)))
+            progress.step()
     return [Entry.measured(key.shape, *timings) for key, timings in best.items()]
 
 

@@ -1,5 +1,7 @@
 """Warm-up: every compiled key of a model before the first call."""
 
+import logging
+
 import torch
 
 from sglang_rvv import RvvPolicyConfig, install_rvv_policy, routing
@@ -8,17 +10,23 @@ from sglang_rvv.warmup import inductor_cache_counts, warm_up
 from support import packed_keys
 
 
-def test_warm_up_compiles_every_bucket_and_later_calls_compile_nothing(llama):
+def test_warm_up_compiles_every_bucket_and_later_calls_compile_nothing(llama, caplog):
     # Compiling is the subject here; the route table (test_route_table.py) would send buckets row-major.
     install_rvv_policy(llama, RvvPolicyConfig(measure_routes=False))
     policy = policy_of(llama)
-    report = warm_up(policy)
+    with caplog.at_level(logging.INFO, logger="sglang_rvv"):
+        report = warm_up(policy)
 
     expected = {f"{p} m={m} {n}x{k} {routing.Mode.EXPLICIT_PACKED}" for p, m, n, k, *_ in packed_keys(policy)}
     assert len(expected) >= 20  # o/gate/up/down x 8 buckets minus the small-work ones
     assert expected <= set(report.keys)
     assert not policy.counters, "warm-up calls must not show up in the routing counters"
     assert "shape keys" in report.summary()
+    # Progress on a long step: its first key and its last, each a line (a board's warm-up takes minutes).
+    progress = [r.getMessage() for r in caplog.records if "warm-up:" in r.getMessage()]
+    total = len(report.keys)
+    assert progress[0].startswith(f"sglang_rvv: warm-up: 1/{total} keys compiled or loaded"), progress
+    assert progress[-1].startswith(f"sglang_rvv: warm-up: {total}/{total} keys"), progress
 
     before = inductor_cache_counts()
     with torch.no_grad():
