@@ -18,14 +18,24 @@ from ..routing import ROUTE_ATTR, ModuleRoute
 _PLAIN_METHODS = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
 
 
-class RvvLinearMethod(UnquantizedLinearMethod):
+class _Routed:
+    """``apply`` through the layer's route."""
+
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return layer.__dict__[ROUTE_ATTR](layer, x, layer.weight, bias)
+        # Reading _parameters skips nn.Module.__getattr__, a Python call, on every projection of every step.
+        try:
+            weight = layer._parameters["weight"]
+        except KeyError:  # a weight set as a plain attribute
+            weight = layer.weight
+        return layer.__dict__[ROUTE_ATTR](layer, x, weight, bias)
 
 
-class RvvLmHeadMethod(UnquantizedEmbeddingMethod):
-    def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return layer.__dict__[ROUTE_ATTR](layer, x, layer.weight, bias)
+class RvvLinearMethod(_Routed, UnquantizedLinearMethod):
+    pass
+
+
+class RvvLmHeadMethod(_Routed, UnquantizedEmbeddingMethod):
+    pass
 
 
 def sglang_gate(module: torch.nn.Module) -> str | None:
