@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from torch.nn.modules import module as _nn_module
 
 from .archs import SUPPORTED
+from .direct_call import DirectCall
 from .fused import install_hf
 from .routing import ROUTE_ATTR, ModuleRoute
 
@@ -72,21 +72,8 @@ class Adapter:
 
 # -- Hugging Face transformers ------------------------------------------------
 
-class RoutedLinear:
+class RoutedLinear(DirectCall):
     """Mixin put in front of a Linear's class: a call goes through its route."""
-
-    def __call__(self, input: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        # nn.Module.__call__ (two frames, the compile and tracing checks, eight hook dicts) costs
-        # about 9 k instructions a call under emulation, on every projection of every step. Where
-        # it would only call forward, this calls it without those frames: no argument but the
-        # input, no hook of the module's or global one, no module.compile(). (Under torch.jit.trace
-        # it would call _slow_forward, which only names the traced ops' scope.)
-        if (args or kwargs or self._forward_hooks or self._forward_pre_hooks or self._backward_hooks
-                or self._backward_pre_hooks or self._compiled_call_impl is not None
-                or _nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
-                or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks):
-            return torch.nn.Module.__call__(self, input, *args, **kwargs)
-        return RoutedLinear.forward(self, input)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # nn.Linear registers both names (bias as None); reading _parameters skips

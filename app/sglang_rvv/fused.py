@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 import torch
 
+from .direct_call import direct_class
 from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
@@ -178,10 +179,14 @@ _ABSENT = object()
 
 def give_forward(module: torch.nn.Module, forward: Callable, attr: str = "forward") -> None:
     """Make ``forward`` (a function of the module) the callable the module's ``attr`` holds:
-    transformers calls ``forward``, SGLang's fused ops their ``_forward_method``."""
-    previous = module.__dict__.get(attr, _ABSENT)
+    transformers calls ``forward``, SGLang's fused ops their ``_forward_method``. A module that
+    transformers calls also skips ``nn.Module.__call__`` where that would only call forward
+    (:mod:`.direct_call`)."""
+    previous, cls = module.__dict__.get(attr, _ABSENT), type(module)
     setattr(module, attr, types.MethodType(forward, module))
-    module.__dict__[MARK_ATTR] = (attr, previous)
+    if attr == "forward":
+        module.__class__ = direct_class(cls)
+    module.__dict__[MARK_ATTR] = (attr, previous, cls)
 
 
 def take_back(module: torch.nn.Module) -> bool:
@@ -189,7 +194,7 @@ def take_back(module: torch.nn.Module) -> bool:
     mark = module.__dict__.pop(MARK_ATTR, None)
     if mark is None:
         return False
-    attr, previous = mark
+    attr, previous, module.__class__ = mark
     if previous is _ABSENT:
         module.__dict__.pop(attr, None)
     else:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_rvv import fused, tiny
+from sglang_rvv.direct_call import DirectCall
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +262,7 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     monkeypatch.setattr(fused, "decode_attention", spy)
     modeling = sys.modules[type(model).__module__]
     original_rotary = modeling.apply_rotary_pos_emb
+    classes = {name: type(m) for name, m in model.named_modules()}
     given = fused.install_hf(model)
     layers = model.config.num_hidden_layers
     norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
@@ -274,9 +276,14 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     assert modeling.apply_rotary_pos_emb is original_rotary
     other = tiny.build_model(arch, seed=1)
     assert all("forward" not in m.__dict__ for m in other.modules())
-    # Taken back: every module runs its class's forward again.
+    # Each given module is called without nn.Module.__call__ (direct_call), under its class's name.
+    given_modules = [m for m in model.modules() if fused.MARK_ATTR in m.__dict__]
+    assert given_modules and all(isinstance(m, DirectCall) for m in given_modules)
+    assert all(type(m).__name__ == classes[n].__name__ for n, m in model.named_modules())
+    # Taken back: every module runs its class's forward again, as its own class.
     assert sum(fused.take_back(m) for m in model.modules()) == norms + 2 * layers  # an attention is one module
     assert all("forward" not in m.__dict__ for m in model.modules())
+    assert {name: type(m) for name, m in model.named_modules()} == classes
 
 
 def test_a_call_the_kernels_do_not_take_runs_the_modules_own_code(native):
