@@ -1,6 +1,7 @@
 """Warm-up: every compiled key of a model before the first call."""
 
 import logging
+import re
 
 import torch
 
@@ -23,9 +24,11 @@ def test_warm_up_compiles_every_bucket_and_later_calls_compile_nothing(llama, ca
     assert not policy.counters, "warm-up calls must not show up in the routing counters"
     assert "shape keys" in report.summary()
     # Progress on a long step: its first key and its last, each a line (a board's warm-up takes minutes).
+    # (report.keys also holds keys that earlier tests in this process compiled: the callables are process-wide.)
     progress = [r.getMessage() for r in caplog.records if "warm-up:" in r.getMessage()]
-    total = len(report.keys)
-    assert progress[0].startswith(f"sglang_rvv: warm-up: 1/{total} keys compiled or loaded"), progress
+    first = re.match(r"sglang_rvv: warm-up: 1/(\d+) keys compiled or loaded", progress[0])
+    assert first and int(first.group(1)) >= len(expected), progress
+    total = int(first.group(1))
     assert progress[-1].startswith(f"sglang_rvv: warm-up: {total}/{total} keys"), progress
 
     before = inductor_cache_counts()
