@@ -6,8 +6,8 @@ Here it runs with the K1's vector unit (lock ``arch.riscv64.qemu_cpu``): the com
 (flag on, the `rvv` provider) against a flag-off container of the same image, with the same
 greedy requests; and the default model (SmolLM2-135M-Instruct) through the runtime's RVV
 kernels against this host's amd64 stack, the same greedy tokens. Needs root (rootful podman)
-and qemu-riscv64 in binfmt_misc (images/scripts/podman-setup.sh). Timings under qemu are printed for CI planning only;
-they say nothing about the board.
+and qemu-riscv64 in binfmt_misc (images/scripts/podman-setup.sh). Timings under qemu are
+printed for CI planning only; they say nothing about the board.
 """
 
 from __future__ import annotations
