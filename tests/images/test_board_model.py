@@ -114,6 +114,15 @@ def root(podman, build_logs, counter, tmp_path_factory):
     return path
 
 
+def test_a_copy_of_an_image_podman_no_longer_holds_is_removed_and_the_held_one_kept(root, tmp_path):
+    held = tmp_path / root.name
+    gone = [tmp_path / "rootfs-000000000000", tmp_path / "rootfs-000000000000.partial"]
+    for path in (held, *gone):
+        (path / "usr").mkdir(parents=True)
+    assert rootfs.remove_stale(tmp_path) == gone
+    assert sorted(tmp_path.iterdir()) == [held]
+
+
 @pytest.fixture(scope="session")
 def measured(counter, root, tmp_path_factory) -> dict:
     scratch = tmp_path_factory.mktemp("board-model")

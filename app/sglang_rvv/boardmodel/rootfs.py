@@ -4,7 +4,8 @@ images/lock.toml.
 qemu -L prefixes the guest's absolute paths with the rootfs, but the host kernel follows
 symlinks: an absolute symlink inside the rootfs would resolve on the host. The copy in
 ``.cache/count/rootfs-<image id>`` therefore has every absolute symlink rewritten as a relative
-one; it is made once per image id and kept.
+one; it is made once per image id and kept while podman still holds that image (about 2.5 GB
+each: a copy per rebuilt image would fill the disk over a few rebuilds).
 """
 
 from __future__ import annotations
@@ -64,12 +65,25 @@ def use_host_pseudo_filesystems(root: Path) -> Path:
     return root
 
 
+def remove_stale(cache: Path = CACHE) -> list[Path]:
+    """Remove the copies (and partial copies) whose image podman no longer holds; returns them."""
+    removed = []
+    for copy in sorted(cache.glob("rootfs-*")):
+        ident = copy.name.removeprefix("rootfs-").removesuffix(".partial")
+        held = subprocess.run(["podman", "image", "exists", ident], capture_output=True).returncode == 0
+        if not held:
+            shutil.rmtree(copy, ignore_errors=True)
+            removed.append(copy)
+    return removed
+
+
 def prepare(image: str | None = None, cache: Path = CACHE) -> Path:
     image = image or image_name()
     ident = image_id(image)
     root = cache / f"rootfs-{ident[:12]}"
     if (root / DONE).is_file():
         return use_host_pseudo_filesystems(root)
+    remove_stale(cache)
     mounted = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True,
                              check=True).stdout.strip()
     partial = root.with_name(root.name + ".partial")
