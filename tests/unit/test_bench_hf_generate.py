@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sglang_rvv.bench import hf_generate, results, suite
 from sglang_rvv.bench.progress import Progress
 from sglang_rvv.bench.report import summaries
@@ -29,7 +31,7 @@ def test_generate_step_off_and_on_on_the_tiny_llama(tmp_path):
         raw = record["modes"][mode]
         assert len(raw["output_ids"]) == 8
         assert all(full > prefill > 0 for prefill, full in zip(raw["prefill_s"], raw["full_s"], strict=True))
-    assert record["outputs_equal"] is True
+    assert record["outputs_equal"] is True and record["modes"]["on"]["first_difference"] is None
     summary = summaries.hf_generate(run)
     assert summary["outputs_equal"] is True
     for mode in hf_generate.MODES:
@@ -42,8 +44,24 @@ def test_generate_step_off_and_on_on_the_tiny_llama(tmp_path):
     for name in ("int8", "int4"):
         v = summary["layouts"][name]
         assert v["fell_back"] == {} and v["ids"] == 8 and 0 <= v["leading_ids_equal"] <= 8
+        # Where it parted from row-major, with row-major's logit gap there (greedy: never negative).
+        assert (v["first_difference"] is None) == (v["leading_ids_equal"] == 8)
+        if v["first_difference"] is not None:
+            assert v["first_difference"]["step"] == v["leading_ids_equal"] and v["first_difference"]["logit_gap"] >= 0
         assert v["vs_bf16"] == v["decode_tok_s"] / summary["on"]["decode_tok_s"] > 0
     print(json.dumps({name: v["vs_bf16"] for name, v in summary["layouts"].items()}))
     policy = run.policy_report(record)
     assert policy["packed_bytes"] == record["packed_bytes"] > 0 and policy["warmup"]["keys"]
     print(json.dumps(summary["ratio"]))  # the measured ratios, for the log (-s)
+
+
+def test_first_difference_names_the_step_and_row_majors_gap_against_the_near_tie_tolerance():
+    import torch
+
+    logits = [torch.tensor([0.0, 4.0, 1.0]), torch.tensor([3.0, 0.5, 2.97]), torch.tensor([1.0, 2.0, 0.0])]
+    assert hf_generate.first_difference([1, 0, 1], logits, [1, 0, 1]) is None
+    tie = hf_generate.first_difference([1, 0, 1], logits, [1, 2, 0])
+    assert tie["step"] == 1 and tie["logit_gap"] == pytest.approx(0.03) and tie["near_tie"]
+    assert tie["near_tie_tolerance"] == pytest.approx(3.0 / 64)
+    past = hf_generate.first_difference([1, 0, 1], logits, [2, 0, 1])
+    assert past["step"] == 0 and past["logit_gap"] == pytest.approx(3.0) and not past["near_tie"]

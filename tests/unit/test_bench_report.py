@@ -56,8 +56,8 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
              after_load_off=4000.0, after_load_on=6300.0,
              packed_mib=2300.0, cold_s=100.0, warm_s=25.0, read_gbs=50.0, compiled_us=100.0, linear_us=300.0,
              slow_m16=True, route_table=True, kernel=True, hf_off=10.0, hf_on=13.0, hf_equal=True,
-             hf=True, cell_read_us=None, linear_again=None, provenance=PROVENANCE, kernel_facts=None,
-             kernel_threads=None, layouts=None, layout_cpus=None, hf_layouts=None) -> Path:
+             hf_difference=None, hf=True, cell_read_us=None, linear_again=None, provenance=PROVENANCE,
+             kernel_facts=None, kernel_threads=None, layouts=None, layout_cpus=None, hf_layouts=None) -> Path:
     """A complete run directory whose derived numbers are known in advance.
 
     ``kernel_threads`` ({thread count: speed-up}, every kernel time divided by it) writes the kernel
@@ -148,6 +148,8 @@ def make_run(root: Path, name: str = "run", *, decode_off=6.0, decode_on=14.0, p
                      (f"on-{name}", rate) for name, rate in (hf_layouts or {}).items()))}
         for name in hf_layouts or {}:
             modes[f"on-{name}"]["output_ids"] = [5, 6, 7, 8, 9, 10, 11, 99]
+        if hf_difference is not None:
+            modes["on"]["first_difference"] = hf_difference
         extra = {"layouts": {"bf16": {"packed_bytes": int(packed_mib * MIB), "install_and_warmup_s": 1.0,
                                       "fell_back": {}},
                              **{name: {"packed_bytes": int(packed_mib * MIB) // 2, "install_and_warmup_s": 1.0,
@@ -179,7 +181,7 @@ def test_report_writes_csv_markdown_and_pngs(tmp_path, capsys):
     assert "0123456789ab" in markdown and "Test CPU" in markdown
     assert "| packed (flag on) | 3 | 128.0 | 13.0 | 5 6 7 8 9 10 11 12 |" in markdown
     assert "| on / off |  | 1.00× | 1.30× |  |" in markdown
-    assert "Row-major and bf16 packed outputs equal: **yes**" in markdown
+    assert "Row-major and bf16 packed outputs: **equal**." in markdown
 
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -250,6 +252,18 @@ def test_each_target_can_fail(tmp_path, overrides, index):
     verdicts = _verdicts(make_run(tmp_path, **overrides))
     assert verdicts[index] is False
     assert all(v for i, v in enumerate(verdicts) if i != index)
+
+
+@pytest.mark.parametrize("gap, met, words", [
+    (0.01, True, "equal up to a near tie at step 7 (row-major logit gap 0.0100 ≤ near-tie tolerance 0.0625)"),
+    (0.5, False, "DIFFER at step 7 (row-major logit gap 0.5000 > near-tie tolerance 0.0625)"),
+])
+def test_hf_ids_that_part_at_a_near_tie_still_count_as_equal_and_the_target_says_where(tmp_path, gap, met, words):
+    difference = {"step": 7, "logit_gap": gap, "near_tie_tolerance": 0.0625, "near_tie": gap <= 0.0625}
+    run = results.load_run(make_run(tmp_path, hf_equal=False, hf_difference=difference, slow_m16=False))
+    decode = targets(run)[0]
+    assert decode.met is met and decode.measured == f"one-batch 2.33×; HF generate 1.30×, outputs {words}"
+    assert f"Row-major and bf16 packed outputs: **{words}**." in render_run(run)
 
 
 def test_a_run_without_the_after_load_peak_is_judged_on_the_whole_process_peak_and_says_so(tmp_path):

@@ -59,23 +59,44 @@ class _Marks:
         pass
 
 
-def _generate(model, prompt, streamer: _Marks | None = None) -> list[int]:
+def _generate(model, prompt, streamer: _Marks | None = None, logits: bool = False):
+    """The new ids; with ``logits``, also each step's logits (FP32, one row per new id)."""
     import torch
 
     ids = torch.tensor([prompt])
     # min_new_tokens: an EOS pick must not shorten the output (random weights pick anything).
-    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=OUTPUT_LEN,
-                          min_new_tokens=OUTPUT_LEN, do_sample=False, streamer=streamer)[0, len(prompt):].tolist()
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=OUTPUT_LEN,
+                         min_new_tokens=OUTPUT_LEN, do_sample=False, streamer=streamer,
+                         output_logits=logits, return_dict_in_generate=logits)
+    if not logits:
+        return out[0, len(prompt):].tolist()
+    return out.sequences[0, len(prompt):].tolist(), [step[0].float() for step in out.logits]
 
 
-def measure_mode(model, prompt: list[int], repetitions: int) -> dict:
+def first_difference(reference_ids: list[int], reference_logits: list, ids: list[int]) -> dict | None:
+    """Where ``ids`` first part from the row-major ``reference_ids`` (None: nowhere), with the row-major
+    logit gap between the two picks there and the smoke's near-tie tolerance (``TIE_TOLERANCE`` of the
+    step's largest logit magnitude). Past that step the prefixes differ, so nothing later is judged."""
+    from ..smoke.comparison import TIE_TOLERANCE
+
+    step = next((i for i, (a, b) in enumerate(zip(ids, reference_ids, strict=True)) if a != b), None)
+    if step is None:
+        return None
+    row = reference_logits[step]
+    gap = float(row[reference_ids[step]] - row[ids[step]])
+    tolerance = TIE_TOLERANCE * float(row.abs().max())
+    return {"step": step, "logit_gap": gap, "near_tie_tolerance": tolerance, "near_tie": gap <= tolerance}
+
+
+def measure_mode(model, prompt: list[int], repetitions: int) -> tuple[dict, list]:
     """Raw timings of one mode: ``repetitions`` timed generates after one untimed one; per generate
-    the seconds to its first new token (``prefill_s``) and to its last (``full_s``)."""
+    the seconds to its first new token (``prefill_s``) and to its last (``full_s``). Also the
+    untimed generate's logits per step (kept out of the record: 8 vocabulary-wide rows)."""
     import torch
 
     with torch.no_grad():  # as SGLang runs; the compiled routes' Dynamo guards include grad mode
-        _generate(model, prompt)
-        prefill_s, full_s, outputs = [], [], []
+        first, logits = _generate(model, prompt, logits=True)
+        prefill_s, full_s, outputs = [], [], [first]
         for _ in range(repetitions):
             marks = _Marks()
             began = time.perf_counter()
@@ -84,7 +105,7 @@ def measure_mode(model, prompt: list[int], repetitions: int) -> dict:
             prefill_s.append(marks.at[1] - began)  # at[0] is the prompt's put, before any forward
     if any(output != outputs[0] for output in outputs):
         raise RuntimeError(f"greedy generate is not deterministic across repetitions: {outputs}")
-    return {"prefill_s": prefill_s, "full_s": full_s, "output_ids": outputs[0]}
+    return {"prefill_s": prefill_s, "full_s": full_s, "output_ids": outputs[0]}, logits
 
 
 def load_model(model_dir: Path):
@@ -120,7 +141,8 @@ def measure(model_dir: Path, repetitions: int = REPETITIONS, seed: int = 0,
                          f"{', '.join(WEIGHT_DTYPES[1:])} once each")
     prompt = prompt_ids(model_dir, 1, seed)[0]
     model = load_model(model_dir)
-    modes = {"off": measure_mode(model, prompt, repetitions)}
+    off, reference_logits = measure_mode(model, prompt, repetitions)
+    modes = {"off": off}
     installs, gated = {}, None
     for weight_dtype in weight_dtypes:
         installed, warmup, seconds = _install(model, model_dir, weight_dtype)
@@ -133,7 +155,10 @@ def measure(model_dir: Path, repetitions: int = REPETITIONS, seed: int = 0,
         installs[weight_dtype] = {"packed_bytes": installed.packed_bytes, "install_and_warmup_s": seconds,
                                   "fell_back": {name: why for name, why in installed.skipped.items()
                                                 if name not in gated}}
-        modes[layout_mode(weight_dtype)] = measure_mode(model, prompt, repetitions)
+        record, _ = measure_mode(model, prompt, repetitions)
+        record["first_difference"] = first_difference(modes["off"]["output_ids"], reference_logits,
+                                                      record["output_ids"])
+        modes[layout_mode(weight_dtype)] = record
     return {"input_len": len(prompt), "output_len": OUTPUT_LEN, "repetitions": repetitions, "prompt_ids": prompt,
             "install_and_warmup_s": installs["bf16"]["install_and_warmup_s"],
             "packed_bytes": installs["bf16"]["packed_bytes"], "layouts": installs,
@@ -155,6 +180,9 @@ def summarize(result: dict) -> dict:
         out.setdefault("ratio", {})[key] = on / off if on is not None and off else None
     modes = result["modes"]
     out["outputs_equal"] = all(m in modes for m in MODES) and modes["off"]["output_ids"] == modes["on"]["output_ids"]
+    # Where bf16 packed first parted from row-major, and whether at a near tie (runs before the
+    # field was recorded have None).
+    out["first_difference"] = modes.get("on", {}).get("first_difference")
     # The quantized layouts beside bf16 packed and row-major; their greedy ids need not equal
     # row-major's, so how many leading ids do is shown, not judged here.
     out["layouts"] = {}
@@ -169,8 +197,21 @@ def summarize(result: dict) -> dict:
             "decode_tok_s": decode, "packed_bytes": install["packed_bytes"],
             "vs_bf16": decode / out["on"]["decode_tok_s"] if decode and out["on"]["decode_tok_s"] else None,
             "vs_off": decode / out["off"]["decode_tok_s"] if decode and out["off"]["decode_tok_s"] else None,
-            "leading_ids_equal": same, "ids": len(ids), "fell_back": install["fell_back"]}
+            "leading_ids_equal": same, "ids": len(ids), "fell_back": install["fell_back"],
+            "first_difference": modes[mode].get("first_difference")}
     return out
+
+
+def agreement(ids_equal: bool, difference: dict | None) -> tuple[bool, str]:
+    """Whether a mode's greedy ids count as row-major's (equal, or parted first at a near tie), and
+    the words for it. A run recorded before ``first_difference`` was has only ``ids_equal``."""
+    if ids_equal:
+        return True, "equal"
+    if difference is None:
+        return False, "DIFFER"
+    where = (f"at step {difference['step']} (row-major logit gap {difference['logit_gap']:.4f} "
+             f"{'≤' if difference['near_tie'] else '>'} near-tie tolerance {difference['near_tie_tolerance']:.4f})")
+    return (True, f"equal up to a near tie {where}") if difference["near_tie"] else (False, f"DIFFER {where}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..hf_generate import layout_mode
+from ..hf_generate import agreement, layout_mode
 from ..results import COLD, WARM, Run, weight_gbs
 from .metrics import metric_rows
 from .stats import fmt, ratio, threads
@@ -274,8 +274,8 @@ def _hf_generate_md(run: Run) -> str:
     return ("One process, one model: row-major, then the policy installed and warmed up, bf16 and then each "
             "quantized layout in turn (the same BF16 weights quantized at install). Prefill tok/s: input "
             "tokens / a one-token generate; decode tok/s: (new tokens − 1) / (full generate − that); medians over "
-            f"the repetitions, each mode after one untimed generate. Row-major and bf16 packed outputs equal: "
-            f"**{'yes' if hf['outputs_equal'] else 'no'}**.\n\n"
+            f"the repetitions, each mode after one untimed generate. Row-major and bf16 packed outputs: "
+            f"**{agreement(hf['outputs_equal'], hf.get('first_difference'))[1]}**.\n\n"
             + _table(["mode", "repetitions", "prefill tok/s", "decode tok/s", "generated ids"], rows))
 
 
