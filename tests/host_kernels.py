@@ -3,7 +3,8 @@
 The image build (images/scripts/build-kernels.sh) cross-compiles every file of
 app/sglang_rvv/kernels/csrc for riscv64. Here the host's g++ compiles the same files without the
 ``*_rvv.cpp`` ones (register.cpp compiles them out off riscv64) against the venv's torch, into
-.cache/kernels/host/libsglang_rvv_kernels.so, with the lock's flags. ``build.json`` beside it
+.cache/kernels/host/libsglang_rvv_kernels.so, with the lock's flags, and csrc/entry into the
+eager route's CPython entry beside it (libsglang_rvv_entry.so). ``build.json`` beside it
 records the inputs (compiler, flags, source digest, torch); while they are unchanged the library
 is kept. It lives with the tests because nothing but the tests runs the twins on x86: the
 generic provider serves x86 with torch's own kernels.
@@ -15,6 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import tomllib
 from pathlib import Path
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 CSRC = REPO / "app" / "sglang_rvv" / "kernels" / "csrc"
 OUT_DIR = REPO / ".cache" / "kernels" / "host"
 LIB_NAME = "libsglang_rvv_kernels.so"
+ENTRY_NAME = "libsglang_rvv_entry.so"  # sglang_rvv.kernels.entry.ENTRY_NAME
 COMPILER = "g++"
 
 sys.path.insert(0, str(REPO / "images" / "scripts"))
@@ -50,7 +53,7 @@ def build(out_dir: Path = OUT_DIR) -> Path:
         raise RuntimeError(f"{COMPILER} not found: the host build of the kernel twins needs it (apt-get install g++)")
     want = json.dumps(_inputs(), indent=1, sort_keys=True)
     lib, manifest = out_dir / LIB_NAME, out_dir / "build.json"
-    if lib.is_file() and manifest.is_file() and manifest.read_text() == want:
+    if lib.is_file() and (out_dir / ENTRY_NAME).is_file() and manifest.is_file() and manifest.read_text() == want:
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
     includes = [f"-I{p}" for p in torch.utils.cpp_extension.include_paths()]
@@ -72,7 +75,17 @@ def build(out_dir: Path = OUT_DIR) -> Path:
                                "-lc10", "-ltorch_cpu"], capture_output=True, text=True)
         if link.returncode:
             raise RuntimeError(f"linking the host kernel twins failed:\n{link.stdout}{link.stderr}")
+        # The eager route's CPython entry, as build-kernels.sh builds it: an extension module, so
+        # the interpreter's symbols stay undefined (no -z defs).
+        staged_entry = Path(tmp) / ENTRY_NAME
+        entry = subprocess.run([COMPILER, *_flags(), *includes, f"-I{sysconfig.get_paths()['include']}", "-shared",
+                                "-o", str(staged_entry), *map(str, sorted((CSRC / "entry").glob("*.cpp"))),
+                                *(f"-L{d}" for d in lib_dirs), *(f"-Wl,-rpath,{d}" for d in lib_dirs),
+                                "-ltorch_python", "-ltorch_cpu", "-lc10"], capture_output=True, text=True)
+        if entry.returncode:
+            raise RuntimeError(f"building the host kernel entry failed:\n{entry.stdout}{entry.stderr}")
         manifest.unlink(missing_ok=True)
         staged.replace(lib)
+        staged_entry.replace(out_dir / ENTRY_NAME)
         manifest.write_text(want)
     return lib

@@ -110,6 +110,17 @@ def eager_call(layout_name: str, out_features: int, in_features: int) -> tuple[C
     return eager_body(layout_name), (out_features,)
 
 
+def eager_entry(layout_name: str, weight: torch.Tensor, buffer_names: tuple[str, ...], out_features: int,
+                in_features: int) -> tuple[Callable, object] | None:
+    """``(fn, plan)`` where the provider has a native entry for the whole call (source check, packed
+    buffers by name, op, bias): ``fn(plan, input, weight, module._buffers, bias)``, None once the
+    plan no longer holds. None where it has none: :func:`eager_call` then."""
+    direct_entry = getattr(chosen()[0], "direct_entry", None)
+    if direct_entry is None:
+        return None
+    return direct_entry(layout_name, weight, buffer_names, out_features, in_features)
+
+
 def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
     return F.linear(input, weight)
 

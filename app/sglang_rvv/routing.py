@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import packed_state
-from .bodies import COMPILED, CompiledCallables, Mode, RegionalShapeKey, eager_body, eager_call
+from .bodies import COMPILED, CompiledCallables, Mode, RegionalShapeKey, eager_body, eager_call, eager_entry
 from .kernels import chosen
 from .kernels.gate import ShapeGate
 from .route_table import RouteTable
@@ -239,6 +239,14 @@ class ModuleRoute:
                 if call.fn is None:
                     self.context.counters[call.counter_key] += 1
                     return F.linear(input, weight, bias)
+                if call.plan is not None:
+                    # The native entry: the source check against the plan's stamp of the weight,
+                    # the buffers by name, the op and the bias; None once the plan no longer holds.
+                    out = call.fn(call.plan, input, weight, module._buffers, bias)
+                    if out is not None:
+                        self.context.counters[call.counter_key] += 1
+                        return out
+                    return self._route(module, input, weight, bias)
                 packed = record.tensors(module, weight)  # the source check, before every use
                 if packed is not None:
                     self.context.counters[call.counter_key] += 1
@@ -283,10 +291,16 @@ class ModuleRoute:
         context.counters[counter_key] += 1
         # The eager body takes the input as it is when there is no padding to a bucket.
         direct = route == Route.PACKED_EAGER and bucket == rows
-        tail = (weight.shape[0],)
+        tail, plan = (weight.shape[0],), None
         if direct:
             fn, tail = eager_call(packed_layout.name, weight.shape[0], weight.shape[1])
             operands = packed
+            if route in MEMO_ROUTES and not torch.is_grad_enabled():
+                # Made here, where the source check has just passed: the plan stamps this weight.
+                native = eager_entry(packed_layout.name, weight, self.record.buffers, weight.shape[0],
+                                     weight.shape[1])
+                if native is not None:
+                    entry_fn, plan = native
         elif route == Route.PACKED_EAGER:
             fn, operands = eager_body(packed_layout.name), packed
         elif route in COMPILED_ROUTES:
@@ -297,8 +311,9 @@ class ModuleRoute:
                                                                                              bucket, rows, False, ())
             return F.linear(input, weight, bias)
         if route in MEMO_ROUTES and not torch.is_grad_enabled():
-            self._memo(weight).calls[(input.shape, input.dtype, input.is_cpu)] = MemoCall(counter_key, fn, bucket, rows,
-                                                                                         direct, tail)
+            memo_call = (MemoCall(counter_key, fn, bucket, rows, direct, tail) if plan is None
+                         else MemoCall(counter_key, entry_fn, bucket, rows, direct, (), plan))
+            self._memo(weight).calls[(input.shape, input.dtype, input.is_cpu)] = memo_call
         if direct:
             out = fn(input, *operands, *tail)
         else:
@@ -329,7 +344,9 @@ MEMO_ROUTES = frozenset((Route.PACKED_EAGER, Route.PACKED_COMPILED, Route.ROW_MA
 class MemoCall(NamedTuple):
     """A memoised decision: its counter key, the packed callable (None: row-major F.linear), and
     whether it takes the input as it is (direct: ``fn(input, *packed, *tail)``,
-    :func:`bodies.eager_call`) or through :func:`_run`'s flatten and padding."""
+    :func:`bodies.eager_call`) or through :func:`_run`'s flatten and padding. With a ``plan``,
+    ``fn`` is the provider's native entry: ``fn(plan, input, weight, buffers, bias)``
+    (:func:`bodies.eager_entry`)."""
 
     counter_key: tuple[str, str, str]
     fn: Callable | None
@@ -337,6 +354,7 @@ class MemoCall(NamedTuple):
     rows: int
     direct: bool
     tail: tuple
+    plan: object = None
 
 
 class CallMemo:

@@ -6,8 +6,10 @@
 #   images/scripts/build-kernels.sh SYSROOT OUTDIR
 #
 # SYSROOT: `podman image mount localhost/sglang-rvv-base:forky-riscv64`, or that rootfs unpacked.
-# Writes OUTDIR/libsglang_rvv_kernels.so and OUTDIR/kernels.json (compiler and its version,
-# flags, source digest, the sysroot's torch version, layout version). kernels.json is renamed
+# Writes OUTDIR/libsglang_rvv_kernels.so, the eager route's CPython entry beside it
+# (csrc/entry into OUTDIR/libsglang_rvv_entry.so, on the sysroot's Python.h and
+# libtorch_python) and OUTDIR/kernels.json (compiler and its version, flags, source digest,
+# the sysroot's torch version, layout version). kernels.json is renamed
 # into place last, so it only ever sits beside the library it describes; when it already
 # records exactly these inputs, nothing is rebuilt. Compiler, flags and the source digest come
 # from images/lock.toml [arch.riscv64.kernels]: another compiler version or other sources fail.
@@ -18,6 +20,7 @@ source "$(dirname "$0")/lib.sh"
 PINS=arch.riscv64.kernels
 CSRC="${REPO_DIR}/app/sglang_rvv/kernels/csrc"
 LIB_NAME=libsglang_rvv_kernels.so
+ENTRY_NAME=libsglang_rvv_entry.so  # sglang_rvv.kernels.entry.ENTRY_NAME
 TARGET=riscv64-linux-gnu
 WORKDIR=""
 
@@ -72,9 +75,10 @@ EOF
 # compile SRC OBJ MARCH: one translation unit, in the background (its pid in PIDS). The prefix
 # maps keep the sysroot's and the checkout's paths out of __FILE__ (torch's assertion messages),
 # so the library is the same bytes wherever it is built.
+# compile SRC OBJ MARCH [FLAG...]
 compile() {
   "${CXX}" "--target=${TARGET}" "--sysroot=${SYSROOT}" "-ffile-prefix-map=${SYSROOT}=" \
-    "-ffile-prefix-map=${REPO_DIR}/=" "-march=$3" "${FLAGS[@]}" -c "$1" -o "$2" &
+    "-ffile-prefix-map=${REPO_DIR}/=" "-march=$3" "${FLAGS[@]}" "${@:4}" -c "$1" -o "$2" &
   PIDS+=($!)
 }
 
@@ -110,7 +114,8 @@ main() {
   local want
   want=$(manifest "${compiler}" "${version}" "${march}" "${march_rvv}" "${source}" "${torch_version}" "${layout}" \
     "${FLAGS[@]}")
-  if [[ -f ${outdir}/${LIB_NAME} && -f ${outdir}/kernels.json && $(<"${outdir}/kernels.json") == "${want}" ]]; then
+  if [[ -f ${outdir}/${LIB_NAME} && -f ${outdir}/${ENTRY_NAME} && -f ${outdir}/kernels.json \
+    && $(<"${outdir}/kernels.json") == "${want}" ]]; then
     log "${outdir}/${LIB_NAME} is up to date (sources ${source:0:12}, torch ${torch_version})"
     return
   fi
@@ -118,12 +123,20 @@ main() {
   timer_start
   trap cleanup EXIT
   WORKDIR=$(mktemp -d "${outdir}/.build-XXXXXX")
-  local src obj objs=() pid
+  local src obj objs=() entry_objs=() pid python
+  python=$(lock arch.riscv64.python)
+  [[ -f ${SYSROOT}/usr/include/python${python}/Python.h ]] \
+    || die "${SYSROOT} has no usr/include/python${python}/Python.h (python3-dev): the entry needs it"
   PIDS=()
   for src in "${CSRC}"/*.cpp; do
     obj="${WORKDIR}/$(basename "${src%.cpp}").o"
     objs+=("${obj}")
     if [[ ${src} == *_rvv.cpp ]]; then compile "${src}" "${obj}" "${march_rvv}"; else compile "${src}" "${obj}" "${march}"; fi
+  done
+  for src in "${CSRC}"/entry/*.cpp; do
+    obj="${WORKDIR}/entry-$(basename "${src%.cpp}").o"
+    entry_objs+=("${obj}")
+    compile "${src}" "${obj}" "${march}" "-I${SYSROOT}/usr/include/python${python}"
   done
   for pid in "${PIDS[@]}"; do
     wait "${pid}" || die "compiling the kernels failed (see the compiler's messages above)"
@@ -132,9 +145,15 @@ main() {
   "${CXX}" "--target=${TARGET}" "--sysroot=${SYSROOT}" -fuse-ld=lld -shared -Wl,-z,defs -Wl,--build-id=sha1 \
     -o "${WORKDIR}/${LIB_NAME}" "${objs[@]}" "-L${SYSROOT}/usr/lib/${TARGET}" -lc10 -ltorch_cpu \
     || die "linking ${LIB_NAME} failed (see above)"
+  # The eager route's CPython entry (csrc/entry): an extension module, so without -z defs (the
+  # interpreter's symbols come from the process that loads it), on libtorch_python.
+  "${CXX}" "--target=${TARGET}" "--sysroot=${SYSROOT}" -fuse-ld=lld -shared -Wl,--build-id=sha1 \
+    -o "${WORKDIR}/${ENTRY_NAME}" "${entry_objs[@]}" "-L${SYSROOT}/usr/lib/${TARGET}" -ltorch_python -ltorch_cpu -lc10 \
+    || die "linking ${ENTRY_NAME} failed (see above)"
   printf '%s\n' "${want}" >"${WORKDIR}/kernels.json"
   rm -f "${outdir}/kernels.json"
   mv "${WORKDIR}/${LIB_NAME}" "${outdir}/${LIB_NAME}"
+  mv "${WORKDIR}/${ENTRY_NAME}" "${outdir}/${ENTRY_NAME}"
   mv "${WORKDIR}/kernels.json" "${outdir}/kernels.json"
   timer_report "kernels build"
   log "${outdir}/${LIB_NAME}: $(du -h "${outdir}/${LIB_NAME}" | cut -f1), sha256 $(sha256sum "${outdir}/${LIB_NAME}" | cut -c1-12)"

@@ -119,7 +119,8 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
     cases += [(f"paged attention {q}x{kv}x{'+'.join(map(str, lengths))}x{d}",
                lambda shape=(q, kv, lengths, d): check_paged_attention(*shape)) for q, kv, lengths, d in PAGED_SHAPES]
     if mode == "full":
-        cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf)]
+        cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf),
+                  ("native entry", check_native_entry)]
     cases += [(f"error {name}", lambda name=name: check_error(name)) for name in ERRORS]
     return cases
 
@@ -272,6 +273,43 @@ def check_fused_hf() -> dict:
     (off_report, off), (on_report, on) = results[False], results[True]
     return {"fused_ops": on_report.fused_ops, "fused_reason": on_report.fused_reason, "off_fused": off_report.fused_ops,
             "logits_sqnr_db": round(sqnr_db(on, off), 1)}
+
+
+def check_native_entry() -> dict:
+    """The eager route's native entry (libsglang_rvv_entry.so) under the policy on the tiny Llama:
+    every packed projection's memoised call holds a plan, an o_proj call gives the op's bits,
+    and after an in-place update of its weight the entry refuses the plan and the route re-plans,
+    giving the op's bits on the updated weight."""
+    from sglang_rvv import RvvPolicyConfig, install_rvv_policy, tiny
+
+    model = tiny.build_model("llama", seed=0)
+    install_rvv_policy(model, RvvPolicyConfig(regional_compile=False, measure_routes=False, fused_ops=False))
+    prompt = torch.randint(0, model.config.vocab_size, (1, 4), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        model(prompt)
+        model(prompt)
+    calls = [call for module in model.modules() if (route := module.__dict__.get(routing.ROUTE_ATTR)) is not None
+             and route.memo is not None for call in route.memo.calls.values() if call.fn is not None]
+    o_proj = model.model.layers[0].self_attn.o_proj
+    route = o_proj.__dict__[routing.ROUTE_ATTR]
+    (call,) = [c for c in route.memo.calls.values() if c.rows == 1] or [None]
+    x = _randn(1, 1, o_proj.in_features, seed=3)
+    n = o_proj.out_features
+
+    def op_bits():
+        return native().packed_bf16_linear(x, o_proj._buffers[route.record.buffers[0]], n, LAYOUT_VERSION)
+
+    with torch.inference_mode():
+        got = o_proj(x)
+        bits_equal = torch.equal(got.view(torch.int16), op_bits().view(torch.int16))
+        with torch.no_grad():
+            o_proj.weight.mul_(2)  # in place: its version counter moves
+        refused = call is not None and call.fn(call.plan, x, o_proj.weight, o_proj._buffers, None) is None
+        again = o_proj(x)
+        replanned = torch.equal(again.view(torch.int16), op_bits().view(torch.int16)) and not torch.equal(again, got)
+    return {"memoised": len(calls), "planned": sum(c.plan is not None for c in calls),
+            "o_proj_planned": call is not None and call.plan is not None, "bits_equal": bits_equal,
+            "stale_refused": refused, "replanned_bits_equal": replanned}
 
 
 # The modules below are imported by main(), after the log capture is in place.

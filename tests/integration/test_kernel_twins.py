@@ -296,3 +296,94 @@ def test_bad_calls_raise_one_clear_line(native, case):
         call()
     first = str(raised.value).splitlines()[0]
     assert first.startswith("sglang_rvv_native::") and words in first, first
+
+
+# --- the eager route's native entry (csrc/entry) ---------------------------------------------
+
+
+@pytest.fixture
+def direct_entry(native, monkeypatch):
+    """kernels.rvv.direct_entry over the host build: the entry beside the host kernel library."""
+    from sglang_rvv.kernels import rvv
+
+    monkeypatch.setenv(rvv.LIB_ENV, str(host_kernels.build()))
+    return rvv.direct_entry
+
+
+def _packed_module(native, quant, group_size, weight):
+    packed = (native.pack_bf16_weight(weight, VERSION),) if quant is None else _pack(native, quant, weight, group_size)
+    return dict(zip(("packed", "scales"), packed, strict=False)), packed
+
+
+@pytest.mark.parametrize("quant,group_size", [pytest.param(None, 0, id="bf16"), *QUANT])
+def test_the_native_entry_gives_the_ops_bits_with_the_bias_added(native, direct_entry, quant, group_size):
+    weight, bias = _randn(N, K, seed=21), _randn(N, seed=22)
+    buffers, packed = _packed_module(native, quant, group_size, weight)
+    name = "bf16" if quant is None else quant.name
+    fn, plan = direct_entry(name, weight, tuple(buffers), N, K)
+    for x in (_randn(1, K, seed=23), _randn(2, 3, K, seed=24)):  # any rank, as the op takes it
+        through_ops = (native.packed_bf16_linear(x, *packed, N, VERSION) if quant is None
+                       else _linear(native, quant, x, packed, N, K))
+        assert torch.equal(_bits(fn(plan, x, weight, buffers, None)), _bits(through_ops))
+        assert torch.equal(_bits(fn(plan, x, weight, buffers, bias)), _bits(through_ops.clone().add_(bias)))
+
+
+def test_the_native_entry_refuses_every_weight_the_source_check_refuses(native, direct_entry):
+    """None (the route then re-plans) for each change PackedWeightSource.matches catches, and for a
+    released buffer; the plan holds no reference to its weight."""
+    import gc
+    import weakref
+
+    weight, x = _randn(N, K, seed=25), _randn(1, K, seed=26)
+    buffers, _ = _packed_module(native, None, 0, weight)
+    fn, plan = direct_entry("bf16", weight, ("packed",), N, K)
+    assert fn(plan, x, weight, buffers, None) is not None
+    assert fn(plan, x, weight.clone(), buffers, None) is None  # another tensor with the same values
+    assert fn(plan, x, weight, {}, None) is None  # the packed buffer released
+    assert fn(plan, x, weight, {"packed": "not a tensor"}, None) is None
+    weight.data = weight.data.clone()  # the same object, other bytes
+    assert fn(plan, x, weight, buffers, None) is None
+    fn, plan = direct_entry("bf16", weight, ("packed",), N, K)
+    with torch.no_grad():
+        weight.mul_(1)  # in place: the version counter moves
+    assert fn(plan, x, weight, buffers, None) is None
+    with torch.inference_mode():  # no version counter: identity, bytes and form still checked
+        frozen = _randn(N, K, seed=25)
+        fn, plan = direct_entry("bf16", frozen, ("packed",), N, K)
+        assert fn(plan, x, frozen, buffers, None) is not None
+        assert fn(plan, x, frozen.t().contiguous().t(), buffers, None) is None
+    gone = weakref.ref(weight)
+    del weight
+    gc.collect()
+    assert gone() is None
+
+
+def test_the_native_entry_raises_the_ops_error_in_one_line_and_refuses_bad_arguments(native, direct_entry):
+    weight = _randn(N, K, seed=27)
+    buffers, _ = _packed_module(native, None, 0, weight)
+    fn, plan = direct_entry("bf16", weight, ("packed",), N, K)
+    with pytest.raises(RuntimeError) as raised:
+        fn(plan, _randn(1, K + 1, seed=28), weight, buffers, None)
+    assert str(raised.value).startswith("sglang_rvv_native::packed_bf16_linear") and "\n" not in str(raised.value)
+    with pytest.raises(TypeError, match="input and weight must be tensors"):
+        fn(plan, [1.0] * K, weight, buffers, None)
+    with pytest.raises(ValueError, match="plan: kind 1"):
+        direct_entry("int8", weight, ("packed",), N, K)  # int8 has two buffers
+
+
+def test_the_entrys_round_trip_holds_when_the_first_call_comes_from_inference_mode(direct_entry):
+    """The entry loads at a route's first memoised call, which SGLang makes in inference mode, where
+    a new tensor has no version counter for the round trip's stale case."""
+    from sglang_rvv.kernels import entry, rvv
+
+    module = entry.load(str(entry.path_beside(rvv.library_path())))
+    assert module is not None
+    with torch.inference_mode():
+        assert entry.round_trip(module) is None
+
+
+def test_an_entry_library_that_is_not_there_leaves_the_op_call_with_one_warning(native, tmp_path, caplog):
+    from sglang_rvv.kernels import entry
+
+    assert entry.load(str(tmp_path / entry.ENTRY_NAME)) is None
+    assert f"no {tmp_path / entry.ENTRY_NAME} beside the kernel library" in caplog.text

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from .. import host, layout
-from . import gate
+from . import entry, gate
 
 NAME = "rvv"
 GATE = gate.RVV  # see kernels/gate.py
@@ -71,6 +71,18 @@ def direct_op(name: str, out_features: int, in_features: int) -> tuple[Callable,
         op = getattr(torch.ops.sglang_rvv_native, f"packed_{name}_linear").default
         tail = (out_features, in_features, quant.version)
     return getattr(op, "_op", op), tail  # _op: the overload's own callable (torch/_ops.py)
+
+
+def direct_entry(name: str, weight: torch.Tensor, buffer_names: tuple[str, ...], out_features: int,
+                 in_features: int) -> tuple[Callable, object] | None:
+    """The native entry's call of a module packed in layout ``name``: ``(linear, plan)``, so
+    ``linear(plan, input, weight, module._buffers, bias)`` gives the output, or None once the plan
+    no longer holds (:mod:`.entry`). None when the entry library is not there: ``direct_op`` then."""
+    native = entry.load(str(entry.path_beside(library_path())))
+    if native is None:
+        return None
+    version = layout.LAYOUT_VERSION if name == "bf16" else layout.quant_layout(name).version
+    return native.linear, native.plan(entry.KINDS[name], weight, buffer_names, out_features, in_features, version)
 
 
 def layout_refusal(name: str) -> str | None:

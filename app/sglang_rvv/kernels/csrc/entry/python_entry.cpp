@@ -1,0 +1,259 @@
+// The eager route's projection call in one CPython function: the source check and the packed
+// op, without torch.ops' argument parsing or a Python frame between them.
+//
+// Under emulation a memoised packed projection call cost ~51 k instructions, ~29 k of them
+// the op's Python binding (schema parsing into IValues, boxing) and the source check's dozen
+// tensor attribute reads. Here `linear(plan, input, weight, buffers, bias)` compares the
+// weight with the plan's stamp of it (identity, version counter, data pointer, sizes,
+// strides, dtype, CPU) as packed_state.PackedWeightSource.matches does, looks the packed
+// buffers up by name in the module's own buffer dict (so a released or replaced buffer is
+// never used), and calls the op through the dispatcher. It returns None when anything
+// differs: the Python route then takes its full path, which re-plans.
+//
+// A CPython extension module of its own (libsglang_rvv_entry.so, loaded by
+// sglang_rvv.kernels.entry), not part of the kernel library: that one links with -z defs and
+// must load without an interpreter's symbols. This one leaves the interpreter's symbols to the
+// process that loads it, as every extension module does.
+
+#include <Python.h>
+
+#include <array>
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+
+// The two pieces of torch/csrc/autograd/python_variable.h used here. That header needs
+// pybind11's, which the riscv64 sysroot (Debian's libtorch-dev) does not ship. A torch Tensor's
+// Python object holds its at::Tensor right after the object header, in torch 2.13 and 2.14 alike;
+// entry.py checks the round trip on load before any route uses this module.
+struct THPVariable {
+  PyObject_HEAD
+  at::Tensor cdata;
+};
+extern PyObject* THPVariableClass;                  // torch.Tensor, set by libtorch_python
+PyObject* THPVariable_Wrap(at::TensorBase&& var);  // a new reference to the tensor's Python object
+
+namespace {
+
+constexpr const char* kPlanCapsule = "sglang_rvv.entry.plan";
+constexpr int kMaxBuffers = 2;
+constexpr int kMaxDims = 4;
+
+enum Kind : int { kBf16 = 0, kInt8 = 1, kInt4 = 2 };
+
+using Bf16Op = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, int64_t);
+using QuantOp = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, int64_t);
+
+// What a plan knows: its weight's stamp, its buffers' names and the op's trailing arguments.
+struct Plan {
+  PyObject* weight_ref = nullptr;  // a weak reference: a plan must not keep a replaced weight alive
+  PyObject* buffers[kMaxBuffers] = {nullptr, nullptr};
+  int nbuffers = 0;
+  Kind kind = kBf16;
+  int64_t out_features = 0, in_features = 0, layout_version = 0;
+  const void* data = nullptr;
+  int64_t dims = 0;
+  std::array<int64_t, kMaxDims> sizes{}, strides{};
+  at::ScalarType dtype = at::kBFloat16;
+  bool cpu = true;
+  bool versioned = true;  // inference tensors have no version counter
+  uint32_t version = 0;
+};
+
+bool is_tensor(PyObject* obj) { return PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(THPVariableClass)); }
+
+const at::Tensor& unpack(PyObject* obj) { return reinterpret_cast<THPVariable*>(obj)->cdata; }
+
+const c10::TypedOperatorHandle<Bf16Op>& bf16_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("sglang_rvv_native::packed_bf16_linear", "")
+                             .typed<Bf16Op>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<QuantOp>& quant_op(Kind kind) {
+  static const auto int8 = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("sglang_rvv_native::packed_int8_linear", "")
+                               .typed<QuantOp>();
+  static const auto int4 = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("sglang_rvv_native::packed_int4_linear", "")
+                               .typed<QuantOp>();
+  return kind == kInt8 ? int8 : int4;
+}
+
+void destroy(Plan* plan) {
+  Py_XDECREF(plan->weight_ref);
+  for (PyObject* name : plan->buffers) Py_XDECREF(name);
+  delete plan;
+}
+
+void free_plan(PyObject* capsule) {
+  if (auto* plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule))) destroy(plan);
+}
+
+// The weight object the plan was made for, compared by identity (no reference kept).
+bool same_object(PyObject* ref, PyObject* weight) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* referent = nullptr;
+  if (PyWeakref_GetRef(ref, &referent) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool same = referent == weight;
+  Py_XDECREF(referent);
+  return same;
+#else
+  return PyWeakref_GetObject(ref) == weight;
+#endif
+}
+
+// packed_state.PackedWeightSource.matches, field for field.
+bool matches(const Plan& plan, PyObject* weight_obj) {
+  if (!same_object(plan.weight_ref, weight_obj)) return false;
+  const at::Tensor& w = unpack(weight_obj);
+  if (plan.versioned && (w.is_inference() || w._version() != plan.version)) return false;
+  if (w.const_data_ptr() != plan.data || w.dim() != plan.dims || w.scalar_type() != plan.dtype ||
+      w.is_cpu() != plan.cpu) {
+    return false;
+  }
+  for (int64_t d = 0; d < plan.dims; ++d) {
+    if (w.size(d) != plan.sizes[d] || w.stride(d) != plan.strides[d]) return false;
+  }
+  return true;
+}
+
+// A C++ exception's message as torch.ops gives it (without the C++ backtrace).
+std::string message(const std::exception& error) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+  return torch_error ? torch_error->what_without_backtrace() : error.what();
+}
+
+// plan(kind, weight, buffer_names, out_features, in_features, layout_version) -> capsule
+PyObject* make_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "plan(kind, weight, buffer_names, out_features, in_features, layout_version)");
+    return nullptr;
+  }
+  const long kind = PyLong_AsLong(args[0]);
+  if (PyErr_Occurred()) return nullptr;
+  const int wanted = kind == kBf16 ? 1 : 2;
+  if (kind < kBf16 || kind > kInt4 || !is_tensor(args[1]) || !PyTuple_Check(args[2]) ||
+      PyTuple_GET_SIZE(args[2]) != wanted) {
+    PyErr_Format(PyExc_ValueError, "plan: kind %ld (0 bf16, 1 int8, 2 int4) takes a weight tensor and %d buffer "
+                 "names", kind, wanted);
+    return nullptr;
+  }
+  const at::Tensor& w = unpack(args[1]);
+  if (w.dim() > kMaxDims) {
+    PyErr_Format(PyExc_ValueError, "plan: a weight of %lld dimensions (at most %d)",
+                 static_cast<long long>(w.dim()), kMaxDims);
+    return nullptr;
+  }
+  try {  // the op must be registered (the kernel library loaded) before any call needs it
+    if (kind == kBf16) {
+      bf16_op();
+    } else {
+      quant_op(static_cast<Kind>(kind));
+    }
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, message(error).c_str());
+    return nullptr;
+  }
+  auto* plan = new Plan();
+  plan->kind = static_cast<Kind>(kind);
+  plan->out_features = PyLong_AsLongLong(args[3]);
+  plan->in_features = PyLong_AsLongLong(args[4]);
+  plan->layout_version = PyLong_AsLongLong(args[5]);
+  plan->weight_ref = PyWeakref_NewRef(args[1], nullptr);
+  if (PyErr_Occurred() || plan->weight_ref == nullptr) {
+    destroy(plan);
+    return nullptr;
+  }
+  plan->nbuffers = wanted;
+  for (int i = 0; i < wanted; ++i) {
+    plan->buffers[i] = PyTuple_GET_ITEM(args[2], i);
+    Py_INCREF(plan->buffers[i]);
+  }
+  plan->data = w.const_data_ptr();
+  plan->dims = w.dim();
+  for (int64_t d = 0; d < plan->dims; ++d) {
+    plan->sizes[d] = w.size(d);
+    plan->strides[d] = w.stride(d);
+  }
+  plan->dtype = w.scalar_type();
+  plan->cpu = w.is_cpu();
+  plan->versioned = !w.is_inference();
+  plan->version = plan->versioned ? w._version() : 0;
+  PyObject* capsule = PyCapsule_New(plan, kPlanCapsule, free_plan);
+  if (capsule == nullptr) destroy(plan);
+  return capsule;
+}
+
+// linear(plan, input, weight, buffers, bias) -> Tensor, or None when the plan no longer holds
+PyObject* linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "linear(plan, input, weight, buffers, bias)");
+    return nullptr;
+  }
+  const auto* plan = static_cast<const Plan*>(PyCapsule_GetPointer(args[0], kPlanCapsule));
+  if (plan == nullptr) return nullptr;
+  PyObject *input = args[1], *weight = args[2], *buffers = args[3], *bias = args[4];
+  if (!is_tensor(input) || !is_tensor(weight) || !PyDict_Check(buffers) || (bias != Py_None && !is_tensor(bias))) {
+    PyErr_SetString(PyExc_TypeError, "linear: input and weight must be tensors, buffers a dict, bias a tensor or None");
+    return nullptr;
+  }
+  if (!matches(*plan, weight)) Py_RETURN_NONE;
+  PyObject* packed[kMaxBuffers] = {nullptr, nullptr};
+  for (int i = 0; i < plan->nbuffers; ++i) {
+    packed[i] = PyDict_GetItemWithError(buffers, plan->buffers[i]);  // borrowed
+    if (packed[i] == nullptr) {
+      if (PyErr_Occurred()) return nullptr;
+      Py_RETURN_NONE;  // released: the route re-plans
+    }
+    if (!is_tensor(packed[i])) Py_RETURN_NONE;
+  }
+  at::Tensor out;
+  std::string failure;
+  // The op may run for milliseconds: other Python threads run meanwhile, as under torch.ops.
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    const at::Tensor& x = unpack(input);
+    if (plan->kind == kBf16) {
+      out = bf16_op().call(x, unpack(packed[0]), plan->out_features, plan->layout_version);
+    } else {
+      out = quant_op(plan->kind).call(x, unpack(packed[0]), unpack(packed[1]), plan->out_features,
+                                      plan->in_features, plan->layout_version);
+    }
+    if (bias != Py_None) out.add_(unpack(bias));
+  } catch (const std::exception& error) {
+    failure = message(error);
+    if (failure.empty()) failure = "the packed op failed";
+  }
+  Py_END_ALLOW_THREADS
+  if (!failure.empty()) {
+    PyErr_SetString(PyExc_RuntimeError, failure.c_str());
+    return nullptr;
+  }
+  return THPVariable_Wrap(std::move(out));
+}
+
+PyMethodDef kMethods[] = {
+    {"plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(make_plan)), METH_FASTCALL,
+     "plan(kind, weight, buffer_names, out_features, in_features, layout_version): a weight's stamp for linear"},
+    {"linear", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(linear)), METH_FASTCALL,
+     "linear(plan, input, weight, buffers, bias): the packed op's output, or None if the plan no longer holds"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_sglang_rvv_entry", nullptr, -1, kMethods,
+                       nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) PyObject* PyInit__sglang_rvv_entry() {
+  return PyModule_Create(&kModule);
+}
