@@ -216,19 +216,23 @@ PyObject* linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     if (!is_tensor(packed[i])) Py_RETURN_NONE;
   }
+  // Owned handles, taken while the GIL is held: below it is released, and another thread may
+  // then drop the Python objects (a buffer released, the bias replaced).
+  const at::Tensor x = unpack(input), first = unpack(packed[0]);
+  const at::Tensor second = plan->nbuffers > 1 ? unpack(packed[1]) : at::Tensor();
+  const at::Tensor b = bias != Py_None ? unpack(bias) : at::Tensor();
   at::Tensor out;
   std::string failure;
   // The op may run for milliseconds: other Python threads run meanwhile, as under torch.ops.
   Py_BEGIN_ALLOW_THREADS
   try {
-    const at::Tensor& x = unpack(input);
     if (plan->kind == kBf16) {
-      out = bf16_op().call(x, unpack(packed[0]), plan->out_features, plan->layout_version);
+      out = bf16_op().call(x, first, plan->out_features, plan->layout_version);
     } else {
-      out = quant_op(plan->kind).call(x, unpack(packed[0]), unpack(packed[1]), plan->out_features,
-                                      plan->in_features, plan->layout_version);
+      out = quant_op(plan->kind).call(x, first, second, plan->out_features, plan->in_features,
+                                      plan->layout_version);
     }
-    if (bias != Py_None) out.add_(unpack(bias));
+    if (b.defined()) out.add_(b);
   } catch (const std::exception& error) {
     failure = message(error);
     if (failure.empty()) failure = "the packed op failed";
