@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+from torch.nn.modules import module as nn_module
 
 from .archs import SUPPORTED
 from .direct_call import DirectCall
 from .fused import install_hf
-from .routing import ROUTE_ATTR, ModuleRoute
+from .routing import ROUTE_ATTR, ModuleRoute, accelerated
 
 _HF_KINDS = {
     "q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
@@ -89,7 +90,20 @@ class RoutedLinear(DirectCall):
 _ROUTED_CLASSES: dict[type, type] = {}
 
 
+def _accelerate_routed_linear() -> None:
+    """Where the routes run natively (:func:`routing.accelerated`), a routed Linear's call goes
+    straight to its route in C as well: what :meth:`DirectCall.__call__` and
+    :meth:`RoutedLinear.forward` do, down to calling the route, with the same checks and their
+    Python as the fallback (``kernels/csrc/entry/route_call.cpp``)."""
+    native = accelerated()
+    if native is None or "__call__" in RoutedLinear.__dict__:
+        return
+    RoutedLinear.__call__ = native.module_method(RoutedLinear, DirectCall.__call__, RoutedLinear.forward, ROUTE_ATTR,
+                                                 vars(nn_module))
+
+
 def install_routed_linear(module: torch.nn.Module, route: ModuleRoute) -> None:
+    _accelerate_routed_linear()
     module.__dict__[ROUTE_ATTR] = route
     cls = type(module)
     if issubclass(cls, RoutedLinear):

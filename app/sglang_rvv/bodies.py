@@ -121,6 +121,12 @@ def eager_entry(layout_name: str, weight: torch.Tensor, buffer_names: tuple[str,
     return direct_entry(layout_name, weight, buffer_names, out_features, in_features)
 
 
+def native_entry() -> types.ModuleType | None:
+    """The chosen provider's native entry module (``kernels/csrc/entry``), or None where it has none."""
+    load = getattr(chosen()[0], "native_entry", None)
+    return None if load is None else load()
+
+
 def _row_major_rows(input: torch.Tensor, weight: torch.Tensor, out_features: int) -> torch.Tensor:
     return F.linear(input, weight)
 

@@ -1,6 +1,6 @@
 """Which kernel serves a Linear call: buckets, the shape gate, the decision, the per-module route.
 
-Every routed projection call lands in :meth:`ModuleRoute.__call__`. It maps the
+Every routed projection call lands in :meth:`ModuleRoute.call` (or its C twin, :func:`accelerated`). It maps the
 flattened row count M to a bucket and asks :func:`decide` for the route: a
 packed callable for the bucket (zero-padding M up to the bucket, slicing
 after), or row-major ``F.linear``, which also serves the buckets where the
@@ -16,7 +16,10 @@ buffer, a shape key or a compiled artifact.
 from __future__ import annotations
 
 import enum
+import functools
+import logging
 import math
+import types
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -26,7 +29,16 @@ import torch
 import torch.nn.functional as F
 
 from . import packed_state
-from .bodies import COMPILED, CompiledCallables, Mode, RegionalShapeKey, eager_body, eager_call, eager_entry
+from .bodies import (
+    COMPILED,
+    CompiledCallables,
+    Mode,
+    RegionalShapeKey,
+    eager_body,
+    eager_call,
+    eager_entry,
+    native_entry,
+)
 from .kernels import chosen
 from .kernels.gate import ShapeGate
 from .route_table import RouteTable
@@ -40,6 +52,7 @@ PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 SMALL_BATCH_BUCKETS = (2, 4, 8, 16)
 PREFILL_BUCKETS = (16, 32, 64, 128)
 NO_BUCKET = "none"  # the bucket label of a call no bucket serves
+log = logging.getLogger("sglang_rvv")
 
 
 class Route(enum.StrEnum):
@@ -227,7 +240,10 @@ class ModuleRoute:
         self.record = packed_state.PackedRecord()
         self.memo: CallMemo | None = None
 
-    def __call__(self, module, input, weight, bias=None) -> torch.Tensor:
+    def call(self, module, input, weight, bias=None) -> torch.Tensor:
+        """The routed call: ``F.linear(input, weight, bias)``'s result, by the route decided for it.
+        It is the class's ``__call__``, or, where the provider has a native entry,
+        :func:`accelerated`'s C method stands in front of it."""
         memo, record = self.memo, self.record
         # CallMemo.holds, inline: every projection call of every step runs this.
         if (memo is not None and memo.weight_ref() is weight and memo.source is record.source
@@ -256,6 +272,8 @@ class ModuleRoute:
                         out = _run(call.fn, input, packed, call.rows, call.bucket, weight.shape[0])
                     return out if bias is None else out.add_(bias)
         return self._route(module, input, weight, bias)
+
+    __call__ = call
 
     def _memo(self, weight: torch.Tensor) -> CallMemo:
         memo = self.memo
@@ -319,6 +337,27 @@ class ModuleRoute:
         else:
             out = _run(fn, input, operands, rows, bucket, weight.shape[0])
         return out if bias is None else out.add_(bias)
+
+
+@functools.cache  # the provider, and so its entry, is chosen once per process
+def accelerated() -> types.ModuleType | None:
+    """The provider's native entry once :class:`ModuleRoute`'s ``__call__`` runs through it, else None.
+
+    The entry's C method (``kernels/csrc/entry/route_call.cpp``) takes a memoised planned packed
+    call (:meth:`ModuleRoute.call`'s memo check, the plan's packed call, the counter) without a
+    Python frame, and hands everything else to :meth:`ModuleRoute.call`: about 10 k of a
+    projection call's instructions under emulation. It reads the slots of the classes below."""
+    native = native_entry()
+    if native is None:
+        return None
+    try:
+        ModuleRoute.__call__ = native.route_method(
+            ModuleRoute, ModuleRoute.call, packed_state.PackedRecord, RouteContext, CallMemo, torch.bfloat16,
+            MemoCall._fields.index("counter_key"), MemoCall._fields.index("plan"))
+    except (TypeError, ValueError) as exc:
+        log.warning("sglang_rvv: routes keep their Python call: %s", exc)
+        return None
+    return native
 
 
 def _run(fn: Callable, input: torch.Tensor, operands: tuple[torch.Tensor, ...], rows: int, bucket: int,
@@ -386,7 +425,8 @@ class CallMemo:
         self.calls: dict[tuple, MemoCall] = {}
 
     def holds(self, route: ModuleRoute, weight: torch.Tensor) -> bool:
-        # ModuleRoute.__call__ runs these same checks inline (its hot path): change both together.
+        # ModuleRoute.call runs these same checks inline (its hot path), and so does its C twin
+        # (route_call.cpp's memoised): change all three together.
         return (self.weight_ref() is weight and self.source is route.record.source and self.status == route.status
                 and self.layout is route.record.layout and self.config is route.context.config
                 and self.table is route.context.table)

@@ -277,7 +277,8 @@ def check_fused_hf() -> dict:
 
 def check_native_entry() -> dict:
     """The eager route's native entry (libsglang_rvv_entry.so) under the policy on the tiny Llama:
-    every packed projection's memoised call holds a plan, an o_proj call gives the op's bits,
+    the routes and the routed Linears are called through its C methods, every packed projection's
+    memoised call holds a plan, an o_proj call gives the op's bits,
     and after an in-place update of its weight the entry refuses the plan and the route re-plans,
     giving the op's bits on the updated weight."""
     from sglang_rvv import RvvPolicyConfig, install_rvv_policy, tiny
@@ -308,7 +309,10 @@ def check_native_entry() -> dict:
         refused = call is not None and call.fn(call.plan, x, o_proj.weight, o_proj._buffers, None) is None
         again = o_proj(x)
         replanned = torch.equal(again.view(torch.int16), op_bits().view(torch.int16)) and not torch.equal(again, got)
-    return {"memoised": len(calls), "planned": sum(c.plan is not None for c in calls),
+    from sglang_rvv import adapters
+
+    c_methods = [type(cls.__dict__.get("__call__")).__name__ for cls in (routing.ModuleRoute, adapters.RoutedLinear)]
+    return {"memoised": len(calls), "planned": sum(c.plan is not None for c in calls), "c_methods": c_methods,
             "o_proj_planned": call is not None and call.plan is not None, "bits_equal": bits_equal,
             "stale_refused": refused, "replanned_bits_equal": replanned}
 

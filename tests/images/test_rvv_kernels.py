@@ -201,6 +201,7 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         # Every memoised packed call of the tiny Llama goes through the entry, and a weight
         # updated in place is re-planned.
         assert r["memoised"] > 0 and r["planned"] == r["memoised"] and r["o_proj_planned"], r
+        assert r["c_methods"] == ["method_descriptor", "method_descriptor"], r
         assert r["bits_equal"] and r["stale_refused"] and r["replanned_bits_equal"], r
     elif case.startswith("error "):
         expected = "LayoutError" if case.startswith("error ops ") else "RuntimeError"

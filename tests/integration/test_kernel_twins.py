@@ -387,3 +387,107 @@ def test_an_entry_library_that_is_not_there_leaves_the_op_call_with_one_warning(
 
     assert entry.load(str(tmp_path / entry.ENTRY_NAME)) is None
     assert f"no {tmp_path / entry.ENTRY_NAME} beside the kernel library" in caplog.text
+
+
+# --- the routes' __call__ in C (csrc/entry/route_call.cpp) -----------------------------------
+
+
+@pytest.fixture
+def native_routes(native, monkeypatch):
+    """The rvv provider over the host twins (the ISA probe would refuse them here), so a policy's
+    routes get the entry's C __call__ as on the board; the classes get their Python call back after."""
+    from sglang_rvv import adapters, kernels, routing
+    from sglang_rvv.kernels import rvv
+
+    monkeypatch.setenv(rvv.LIB_ENV, str(host_kernels.build()))
+    monkeypatch.setattr(kernels, "choose_provider", lambda forced=None: (rvv, "the host twins, for this test"))
+    monkeypatch.setattr(routing.ModuleRoute, "__call__", routing.ModuleRoute.call)
+    for cache in (kernels.chosen, routing.accelerated):
+        cache.cache_clear()
+    yield routing
+    adapters.RoutedLinear.__dict__.get("__call__") is not None and delattr(adapters.RoutedLinear, "__call__")
+    for cache in (kernels.chosen, routing.accelerated):
+        cache.cache_clear()
+
+
+def _routed_tiny(seed: int = 0, **config):
+    from sglang_rvv import RvvPolicyConfig, install_rvv_policy, tiny
+
+    model = tiny.build_model("llama", seed=seed)
+    install_rvv_policy(model, RvvPolicyConfig(regional_compile=False, measure_routes=False, fused_ops=False, **config))
+    return model
+
+
+def test_the_routes_c_call_gives_the_python_calls_bits_and_counts(native_routes):
+    """A decode step through the C methods and through the routes' Python call: the same logits bit
+    for bit and the same counters, and the memoised o_proj call is the op's bits."""
+    from sglang_rvv import adapters
+    from sglang_rvv.policy import policy_of
+
+    routing = native_routes
+    model = _routed_tiny()
+    assert type(routing.ModuleRoute.__dict__["__call__"]).__name__ == "method_descriptor"
+    assert type(adapters.RoutedLinear.__dict__["__call__"]).__name__ == "method_descriptor"
+    prompt = torch.randint(0, model.config.vocab_size, (1, 4), generator=torch.Generator().manual_seed(2))
+    counters = policy_of(model).counters
+    runs = {}
+    for mode in ("c", "python"):
+        if mode == "python":  # the same routes and memos, through the Python code the C stands for
+            routing.ModuleRoute.__call__ = routing.ModuleRoute.call
+            del adapters.RoutedLinear.__call__
+        with torch.inference_mode():
+            model(prompt)  # plans (the first run) or re-uses the memos
+            before = counters.copy()
+            logits = model(prompt[:, :1]).logits
+        runs[mode] = (logits, counters - before)
+    assert torch.equal(_bits(runs["c"][0]), _bits(runs["python"][0]))
+    assert runs["c"][1] == runs["python"][1] and runs["c"][1]["o_proj", "packed_eager", "1"] == 2, runs["c"][1]
+
+
+def test_the_routes_c_call_re_plans_a_changed_weight_and_leaves_hooks_and_grad_to_python(native_routes):
+    routing = native_routes
+    model = _routed_tiny(seed=1)
+    o_proj = model.model.layers[0].self_attn.o_proj
+    route = o_proj.__dict__[routing.ROUTE_ATTR]
+    x = _randn(1, 1, o_proj.in_features, seed=3)
+
+    def op_bits():
+        packed = o_proj._buffers[route.record.buffers[0]]
+        return _bits(torch.ops.sglang_rvv_native.packed_bf16_linear(x, packed, o_proj.out_features, VERSION))
+
+    with torch.inference_mode():
+        o_proj(x)  # plans the decode shape
+        assert route.memo.calls[x.shape, x.dtype, True].plan is not None
+        assert torch.equal(_bits(o_proj(x)), op_bits())
+    with torch.no_grad():
+        o_proj.weight.mul_(2)  # in place: the plan no longer holds, the route re-plans and repacks
+        assert torch.equal(_bits(o_proj(x)), op_bits())
+        o_proj.weight = torch.nn.Parameter(o_proj.weight.detach().clone().neg_(), requires_grad=False)
+        assert torch.equal(_bits(o_proj(x)), op_bits())  # another weight object
+        handle = o_proj.register_forward_hook(lambda module, args, out: out * 2)
+        hooked = o_proj(x)
+        handle.remove()
+        assert torch.equal(_bits(hooked), _bits(torch.ops.sglang_rvv_native.packed_bf16_linear(
+            x, o_proj._buffers[route.record.buffers[0]], o_proj.out_features, VERSION) * 2))
+        o_proj.forward = lambda input: input[..., :7]  # set on the instance: it is what a call runs
+        assert o_proj(x).shape[-1] == 7
+        del o_proj.forward
+    o_proj.weight.requires_grad_(True)
+    y = o_proj(x.float().to(torch.bfloat16).requires_grad_(True))  # grad on: row-major F.linear, autograd kept
+    y.sum().backward()
+    assert o_proj.weight.grad is not None
+
+
+def test_the_routes_c_method_refuses_a_class_without_the_slots_it_reads(native_routes):
+    from sglang_rvv import packed_state
+
+    routing = native_routes
+    native = routing.accelerated()
+
+    class NoSlots:
+        def __call__(self, *args):
+            return args
+
+    with pytest.raises(ValueError, match="NoSlots has no __slots__ member context"):
+        native.route_method(NoSlots, NoSlots.__call__, packed_state.PackedRecord, routing.RouteContext,
+                            routing.CallMemo, torch.bfloat16, 0, 6)

@@ -24,6 +24,7 @@ import os
 import platform
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -73,12 +74,17 @@ def direct_op(name: str, out_features: int, in_features: int) -> tuple[Callable,
     return getattr(op, "_op", op), tail  # _op: the overload's own callable (torch/_ops.py)
 
 
+def native_entry() -> ModuleType | None:
+    """The native entry module beside the loaded library (:mod:`.entry`), or None when it is not there."""
+    return entry.load(str(entry.path_beside(library_path())))
+
+
 def direct_entry(name: str, weight: torch.Tensor, buffer_names: tuple[str, ...], out_features: int,
                  in_features: int) -> tuple[Callable, object] | None:
     """The native entry's call of a module packed in layout ``name``: ``(linear, plan)``, so
     ``linear(plan, input, weight, module._buffers, bias)`` gives the output, or None once the plan
     no longer holds (:mod:`.entry`). None when the entry library is not there: ``direct_op`` then."""
-    native = entry.load(str(entry.path_beside(library_path())))
+    native = native_entry()
     if native is None:
         return None
     version = layout.LAYOUT_VERSION if name == "bf16" else layout.quant_layout(name).version

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, UnquantizedLinearMethod
 
-from ..routing import ROUTE_ATTR, ModuleRoute
+from ..routing import ROUTE_ATTR, ModuleRoute, accelerated
 
 _PLAIN_METHODS = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
 
@@ -50,6 +50,7 @@ def sglang_gate(module: torch.nn.Module) -> str | None:
 
 
 def install_route(module: torch.nn.Module, route: ModuleRoute) -> None:
+    accelerated()  # the routes' call in C where the provider has a native entry
     module.__dict__[ROUTE_ATTR] = route
     method = module.quant_method
     if isinstance(method, (RvvLinearMethod, RvvLmHeadMethod)):

@@ -10,33 +10,24 @@
 // never used), and calls the op through the dispatcher. It returns None when anything
 // differs: the Python route then takes its full path, which re-plans.
 //
+// route_call.cpp puts the routes' __call__ in front of this call, in C as well.
+//
 // A CPython extension module of its own (libsglang_rvv_entry.so, loaded by
 // sglang_rvv.kernels.entry), not part of the kernel library: that one links with -z defs and
 // must load without an interpreter's symbols. This one leaves the interpreter's symbols to the
 // process that loads it, as every extension module does.
 
-#include <Python.h>
+#include "entry.h"
 
 #include <array>
 #include <cstdint>
 #include <exception>
 #include <string>
 
-#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
-// The two pieces of torch/csrc/autograd/python_variable.h used here. That header needs
-// pybind11's, which the riscv64 sysroot (Debian's libtorch-dev) does not ship. A torch Tensor's
-// Python object holds its at::Tensor right after the object header, in torch 2.13 and 2.14 alike;
-// entry.py checks the round trip on load before any route uses this module.
-struct THPVariable {
-  PyObject_HEAD
-  at::Tensor cdata;
-};
-extern PyObject* THPVariableClass;                  // torch.Tensor, set by libtorch_python
-PyObject* THPVariable_Wrap(at::TensorBase&& var);  // a new reference to the tensor's Python object
-
+namespace sglang_rvv_entry {
 namespace {
 
 constexpr const char* kPlanCapsule = "sglang_rvv.entry.plan";
@@ -63,10 +54,6 @@ struct Plan {
   bool versioned = true;  // inference tensors have no version counter
   uint32_t version = 0;
 };
-
-bool is_tensor(PyObject* obj) { return PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(THPVariableClass)); }
-
-const at::Tensor& unpack(PyObject* obj) { return reinterpret_cast<THPVariable*>(obj)->cdata; }
 
 const c10::TypedOperatorHandle<Bf16Op>& bf16_op() {
   static const auto op = c10::Dispatcher::singleton()
@@ -193,15 +180,14 @@ PyObject* make_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return capsule;
 }
 
-// linear(plan, input, weight, buffers, bias) -> Tensor, or None when the plan no longer holds
-PyObject* linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "linear(plan, input, weight, buffers, bias)");
+}  // namespace
+
+PyObject* plan_linear(PyObject* capsule, PyObject* input, PyObject* weight, PyObject* buffers, PyObject* bias) {
+  if (!PyCapsule_IsValid(capsule, kPlanCapsule)) {
+    PyErr_SetString(PyExc_TypeError, "linear: the plan must be one that plan() made");
     return nullptr;
   }
-  const auto* plan = static_cast<const Plan*>(PyCapsule_GetPointer(args[0], kPlanCapsule));
-  if (plan == nullptr) return nullptr;
-  PyObject *input = args[1], *weight = args[2], *buffers = args[3], *bias = args[4];
+  const auto* plan = static_cast<const Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
   if (!is_tensor(input) || !is_tensor(weight) || !PyDict_Check(buffers) || (bias != Py_None && !is_tensor(bias))) {
     PyErr_SetString(PyExc_TypeError, "linear: input and weight must be tensors, buffers a dict, bias a tensor or None");
     return nullptr;
@@ -245,11 +231,28 @@ PyObject* linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return THPVariable_Wrap(std::move(out));
 }
 
+namespace {
+
+// linear(plan, input, weight, buffers, bias) -> Tensor, or None when the plan no longer holds
+PyObject* linear(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "linear(plan, input, weight, buffers, bias)");
+    return nullptr;
+  }
+  return plan_linear(args[0], args[1], args[2], args[3], args[4]);
+}
+
 PyMethodDef kMethods[] = {
     {"plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(make_plan)), METH_FASTCALL,
      "plan(kind, weight, buffer_names, out_features, in_features, layout_version): a weight's stamp for linear"},
     {"linear", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(linear)), METH_FASTCALL,
      "linear(plan, input, weight, buffers, bias): the packed op's output, or None if the plan no longer holds"},
+    {"route_method", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(route_method)), METH_FASTCALL,
+     "route_method(route_type, python_call, record_type, context_type, memo_type, bfloat16, counter_index, "
+     "plan_index): ModuleRoute's __call__, its memoised packed calls native (route_call.cpp)"},
+    {"module_method", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(module_method)), METH_FASTCALL,
+     "module_method(module_type, python_call, forward, route_attr, hook_globals): a routed Linear's __call__ "
+     "straight to its route (route_call.cpp)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -257,7 +260,8 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_sglang_rvv_entry", nullptr, -1, 
                        nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
+}  // namespace sglang_rvv_entry
 
 extern "C" __attribute__((visibility("default"))) PyObject* PyInit__sglang_rvv_entry() {
-  return PyModule_Create(&kModule);
+  return PyModule_Create(&sglang_rvv_entry::kModule);
 }
