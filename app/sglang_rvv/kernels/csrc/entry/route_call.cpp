@@ -207,11 +207,13 @@ PyObject* memoised(const RouteSpec& spec, PyObject* route, PyObject* module, PyO
 // `fallback(self, *args, **kwnames)`.
 PyObject* call_python(PyObject* fallback, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                       PyObject* kwnames) {
-  const Py_ssize_t total = nargs + (kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0);
-  std::vector<PyObject*> all(static_cast<size_t>(total) + 1);
+  const auto total = static_cast<size_t>(nargs + (kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0)) + 1;
+  std::array<PyObject*, 8> small;  // a projection's call: no allocation
+  std::vector<PyObject*> large(total > small.size() ? total : 0);
+  PyObject** all = total > small.size() ? large.data() : small.data();
   all[0] = self;
-  for (Py_ssize_t i = 0; i < total; ++i) all[static_cast<size_t>(i) + 1] = args[i];
-  return PyObject_Vectorcall(fallback, all.data(), static_cast<size_t>(nargs) + 1, kwnames);
+  for (size_t i = 1; i < total; ++i) all[i] = args[i - 1];
+  return PyObject_Vectorcall(fallback, all, static_cast<size_t>(nargs) + 1, kwnames);
 }
 
 // ModuleRoute.__call__(self, module, input, weight, bias=None)
