@@ -330,3 +330,42 @@ def test_a_library_without_the_kernels_warns_once_and_keeps_torchs_ops(native, m
         assert [r.getMessage() for r in caplog.records] == [f"sglang_rvv: {reason}"]
     finally:
         fused.available.cache_clear()
+
+
+def _bf16(*shape: int) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=torch.bfloat16)
+
+
+# Shapes the kernels do not cover, by name: each is refused before any kernel runs, so the module's
+# own torch code takes the call (test_a_call_the_kernels_do_not_take_runs_the_modules_own_code).
+UNCOVERED = {
+    "a norm weight of another size than the hidden": lambda: fused.servable(_bf16(1, 576), _bf16(575)),
+    "an odd rotary head dim": lambda: fused.rotary_servable(_bf16(1, 2, 1, 63), _bf16(1, 2, 1, 63),
+                                                            _bf16(1, 1, 32), _bf16(1, 1, 32)),
+    "a rotary table shorter than half the head": lambda: fused.rotary_servable(_bf16(1, 2, 1, 64), _bf16(1, 2, 1, 64),
+                                                                               _bf16(1, 1, 31), _bf16(1, 1, 31)),
+    "a GQA ratio that is not whole (3 query heads on 2)": lambda: fused.attention_servable(
+        _bf16(1, 3, 1, 64), _bf16(1, 2, 5, 64), _bf16(1, 2, 5, 64)),
+    "keys of another head dim than the query": lambda: fused.attention_servable(
+        _bf16(1, 4, 1, 64), _bf16(1, 2, 5, 32), _bf16(1, 2, 5, 32)),
+    "more than one query": lambda: fused.attention_servable(_bf16(1, 4, 2, 64), _bf16(1, 2, 5, 64),
+                                                            _bf16(1, 2, 5, 64)),
+    "a paged GQA ratio that is not whole": lambda: fused.paged_attention_servable(
+        _bf16(1, 3, 64), _bf16(1, 3, 64), _bf16(8, 2, 64), _bf16(8, 2, 64), torch.zeros(1, 8, dtype=torch.int32),
+        torch.zeros(1, dtype=torch.int64), torch.ones(1, dtype=torch.int64)),
+}
+
+
+@pytest.mark.parametrize("case", list(UNCOVERED))
+def test_a_shape_the_kernels_do_not_cover_is_refused_before_they_run(case):
+    assert UNCOVERED[case]() is False
+
+
+def test_the_covered_neighbours_of_those_shapes_are_taken():
+    """The same checks pass a shape one step away, so the refusals above are the shapes', not the checks'."""
+    assert fused.servable(_bf16(1, 576), _bf16(576))
+    assert fused.rotary_servable(_bf16(1, 2, 1, 64), _bf16(1, 2, 1, 64), _bf16(1, 1, 32), _bf16(1, 1, 32))
+    assert fused.attention_servable(_bf16(1, 4, 1, 64), _bf16(1, 2, 5, 64), _bf16(1, 2, 5, 64))
+    assert fused.paged_attention_servable(_bf16(1, 4, 64), _bf16(1, 4, 64), _bf16(8, 2, 64), _bf16(8, 2, 64),
+                                          torch.zeros(1, 8, dtype=torch.int32), torch.zeros(1, dtype=torch.int64),
+                                          torch.ones(1, dtype=torch.int64))
