@@ -444,6 +444,25 @@ def test_the_routes_c_call_gives_the_python_calls_bits_and_counts(native_routes)
     assert runs["c"][1] == runs["python"][1] and runs["c"][1]["o_proj", "packed_eager", "1"] == 2, runs["c"][1]
 
 
+def test_a_memoised_planned_call_runs_no_python_frame(native_routes):
+    """What the C methods are for: a routed Linear's memoised call reaches the kernel with no Python
+    frame on the way (DirectCall.__call__, RoutedLinear.forward and ModuleRoute.call stay out)."""
+    import sys
+
+    model = _routed_tiny(seed=2)
+    o_proj = model.model.layers[0].self_attn.o_proj
+    x = _randn(1, 1, o_proj.in_features, seed=4)
+    frames = []
+    with torch.inference_mode():
+        o_proj(x)  # plans it
+        sys.setprofile(lambda frame, event, arg: event == "call" and frames.append(frame.f_code.co_qualname))
+        try:
+            o_proj(x)
+        finally:
+            sys.setprofile(None)
+    assert frames == [], frames
+
+
 def test_the_routes_c_call_re_plans_a_changed_weight_and_leaves_hooks_and_grad_to_python(native_routes):
     routing = native_routes
     model = _routed_tiny(seed=1)

@@ -236,18 +236,18 @@ PyObject* route_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
 
 bool empty_hooks(PyObject* hooks) { return hooks != nullptr && PyDict_Check(hooks) && PyDict_GET_SIZE(hooks) == 0; }
 
-// Whether `type`'s forward is the routed Linear's (a subclass may have its own).
+// Whether `type`'s forward is the routed Linear's (a subclass may have its own) and its
+// _compiled_call_impl is None.
 bool routed_forward(ModuleSpec& spec, PyTypeObject* type) {
   for (PyTypeObject* seen : spec.checked) {
     if (seen == type) return true;
   }
   PyObject* forward = PyObject_GetAttr(reinterpret_cast<PyObject*>(type), names().forward);
-  if (forward == nullptr) {
-    PyErr_Clear();
-    return false;
-  }
-  const bool same_forward = forward == spec.forward;
-  Py_DECREF(forward);
+  PyObject* compiled = PyObject_GetAttr(reinterpret_cast<PyObject*>(type), names().compiled);
+  if (forward == nullptr || compiled == nullptr) PyErr_Clear();
+  const bool same_forward = forward != nullptr && forward == spec.forward && compiled == Py_None;
+  Py_XDECREF(forward);
+  Py_XDECREF(compiled);
   if (same_forward) {
     for (PyTypeObject*& seen : spec.checked) {
       if (seen == nullptr) {
@@ -266,7 +266,9 @@ PyObject* module_direct(ModuleSpec& spec, PyObject* self, PyObject* dict, PyObje
   for (PyObject* name : n.hooks) {
     if (!empty_hooks(PyDict_GetItemWithError(dict, name))) return nullptr;
   }
-  if (PyDict_GetItemWithError(dict, n.compiled) != Py_None || PyDict_GetItemWithError(dict, n.forward) != nullptr) {
+  // module.compile() sets its own; the class's default (checked once per class) is None.
+  PyObject* compiled = PyDict_GetItemWithError(dict, n.compiled);
+  if ((compiled != nullptr && compiled != Py_None) || PyDict_GetItemWithError(dict, n.forward) != nullptr) {
     return nullptr;
   }
   for (PyObject* name : n.global_hooks) {
