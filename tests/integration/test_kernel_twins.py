@@ -321,7 +321,8 @@ def test_the_native_entry_gives_the_ops_bits_with_the_bias_added(native, direct_
     buffers, packed = _packed_module(native, quant, group_size, weight)
     name = "bf16" if quant is None else quant.name
     fn, plan = direct_entry(name, weight, tuple(buffers), N, K)
-    for x in (_randn(1, K, seed=23), _randn(2, 3, K, seed=24)):  # any rank, as the op takes it
+    # Any rank, as the op takes it; 1200 rows are past the work under which the entry keeps the GIL.
+    for x in (_randn(1, K, seed=23), _randn(2, 3, K, seed=24), _randn(1200, K, seed=29)):
         through_ops = (native.packed_bf16_linear(x, *packed, N, VERSION) if quant is None
                        else _linear(native, quant, x, packed, N, K))
         assert torch.equal(_bits(fn(plan, x, weight, buffers, None)), _bits(through_ops))

@@ -54,7 +54,8 @@ struct ModuleSpec {
   PyObject* python_call = nullptr;  // DirectCall.__call__
   PyObject* forward = nullptr;      // RoutedLinear.forward: what this call stands for
   PyObject* route_attr = nullptr;
-  PyObject* hook_globals = nullptr;  // torch.nn.modules.module's globals: its four global hook dicts
+  // torch.nn.modules.module's four global hook dicts, which torch fills in place and never rebinds.
+  std::array<PyObject*, 4> global_hooks{};
   std::array<PyTypeObject*, 8> checked{};  // classes seen whose forward is `forward` (kept alive)
 };
 
@@ -68,7 +69,8 @@ PyObject* interned(const char* text) {
 }
 
 struct Names {
-  PyObject *buffers, *parameters, *weight, *bias, *route, *forward, *compiled, *hooks[4], *global_hooks[4];
+  PyObject *buffers, *parameters, *weight, *bias, *route, *forward, *compiled;
+  std::array<PyObject*, 4> hooks, global_hooks;
 };
 
 const Names& names() {
@@ -271,8 +273,8 @@ PyObject* module_direct(ModuleSpec& spec, PyObject* self, PyObject* dict, PyObje
   if ((compiled != nullptr && compiled != Py_None) || PyDict_GetItemWithError(dict, n.forward) != nullptr) {
     return nullptr;
   }
-  for (PyObject* name : n.global_hooks) {
-    if (!empty_hooks(PyDict_GetItemWithError(spec.hook_globals, name))) return nullptr;
+  for (PyObject* hooks : spec.global_hooks) {
+    if (!empty_hooks(hooks)) return nullptr;
   }
   if (PyErr_Occurred() || !routed_forward(spec, Py_TYPE(self))) return nullptr;
   PyObject* params = PyDict_GetItemWithError(dict, n.parameters);
@@ -404,13 +406,24 @@ PyObject* module_method(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Py_DECREF(g_module->python_call);
     Py_DECREF(g_module->forward);
     Py_DECREF(g_module->route_attr);
-    Py_DECREF(g_module->hook_globals);
+    for (PyObject* hooks : g_module->global_hooks) Py_XDECREF(hooks);
+  }
+  const Names& n = names();
+  for (size_t i = 0; i < n.global_hooks.size(); ++i) {
+    PyObject* hooks = PyDict_GetItemWithError(args[4], n.global_hooks[i]);
+    if (hooks == nullptr || !PyDict_Check(hooks)) {
+      if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "module_method: hook_globals has no dict %U", n.global_hooks[i]);
+      }
+      g_module->global_hooks[i] = nullptr;
+      return nullptr;
+    }
+    g_module->global_hooks[i] = Py_NewRef(hooks);
   }
   g_module->python_call = Py_NewRef(args[1]);
   g_module->forward = Py_NewRef(args[2]);
   g_module->route_attr = Py_NewRef(args[3]);
   PyUnicode_InternInPlace(&g_module->route_attr);
-  g_module->hook_globals = Py_NewRef(args[4]);
   return PyDescr_NewMethod(module_type, &kModuleCall);
 }
 
