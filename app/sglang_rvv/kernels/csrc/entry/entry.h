@@ -24,6 +24,24 @@ inline bool is_tensor(PyObject* obj) {
 
 inline const at::Tensor& unpack(PyObject* obj) { return reinterpret_cast<THPVariable*>(obj)->cdata; }
 
+// Whether the weak reference `ref` points at `obj`: compared by identity, no reference kept (a plan
+// or a memo must not keep a replaced weight alive).
+inline bool same_referent(PyObject* ref, PyObject* obj) {
+  if (ref == nullptr || !PyWeakref_CheckRef(ref)) return false;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* referent = nullptr;
+  if (PyWeakref_GetRef(ref, &referent) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool same = referent == obj;
+  Py_XDECREF(referent);
+  return same;
+#else
+  return PyWeakref_GetObject(ref) == obj;
+#endif
+}
+
 // The packed output of the plan held by `capsule` (python_entry.cpp's linear): a new reference,
 // Py_None (new reference) when the plan no longer holds the weight or its buffers, or nullptr with
 // an exception set. `capsule` that is not a plan is a TypeError.

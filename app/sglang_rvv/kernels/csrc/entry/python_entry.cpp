@@ -91,25 +91,9 @@ void free_plan(PyObject* capsule) {
   if (auto* plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule))) destroy(plan);
 }
 
-// The weight object the plan was made for, compared by identity (no reference kept).
-bool same_object(PyObject* ref, PyObject* weight) {
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* referent = nullptr;
-  if (PyWeakref_GetRef(ref, &referent) < 0) {
-    PyErr_Clear();
-    return false;
-  }
-  const bool same = referent == weight;
-  Py_XDECREF(referent);
-  return same;
-#else
-  return PyWeakref_GetObject(ref) == weight;
-#endif
-}
-
 // packed_state.PackedWeightSource.matches, field for field.
 bool matches(const Plan& plan, PyObject* weight_obj) {
-  if (!same_object(plan.weight_ref, weight_obj)) return false;
+  if (!same_referent(plan.weight_ref, weight_obj)) return false;
   const at::Tensor& w = unpack(weight_obj);
   if (plan.versioned && (w.is_inference() || w._version() != plan.version)) return false;
   if (w.const_data_ptr() != plan.data || w.dim() != plan.dims || w.scalar_type() != plan.dtype ||

@@ -99,22 +99,6 @@ Offset slot_offset(PyTypeObject* type, const char* name) {
   return reinterpret_cast<PyMemberDescrObject*>(descr)->d_member->offset;
 }
 
-bool same_referent(PyObject* ref, PyObject* obj) {
-  if (ref == nullptr || !PyWeakref_CheckRef(ref)) return false;
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* referent = nullptr;
-  if (PyWeakref_GetRef(ref, &referent) < 0) {
-    PyErr_Clear();
-    return false;
-  }
-  const bool same = referent == obj;
-  Py_XDECREF(referent);
-  return same;
-#else
-  return PyWeakref_GetObject(ref) == obj;
-#endif
-}
-
 // Both slots set and the same object (CallMemo.holds compares them by identity, the status by
 // equality: its members are singletons, so a status that differs never passes here either).
 inline bool same(PyObject* a, PyObject* b) { return a != nullptr && a == b; }
