@@ -159,8 +159,9 @@ def test_a_projection_call_costs_no_more_than_the_baseline_around_its_kernel(mea
     print(f"one o_proj call (M=1, eager packed route), instructions outside the kernel library: {projection:,} "
           f"through the module ({calls['projection']}), {op:,} through the bare native op ({calls['op']}); "
           f"the kernel's own {calls['kernel']:,}; target {CALL_TARGET:,}")
-    # The module's call is the op's call and more: what is left is the policy's own per-call work.
-    assert calls["kernel"] > 0 and projection > op > 0
+    # Both were counted. Through the module is now cheaper than the bare op through torch.ops (whose
+    # Python wrappers and boxed call the native entry skips), so neither bounds the other.
+    assert calls["kernel"] > 0 and projection > 0 and op > 0
     failure = baseline.compare_call(checked_in(), measured["bf16"])
     assert failure is None, failure
 
