@@ -8,6 +8,7 @@ a tied lm_head is still tied.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from .direct_call import DirectCall
 from .fused import install_hf
 from .routing import ROUTE_ATTR, ModuleRoute, accelerated
 
+log = logging.getLogger("sglang_rvv")
 _HF_KINDS = {
     "q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
     "o_proj": "o_proj",
@@ -98,8 +100,11 @@ def _accelerate_routed_linear() -> None:
     native = accelerated()
     if native is None or "__call__" in RoutedLinear.__dict__:
         return
-    RoutedLinear.__call__ = native.module_method(RoutedLinear, DirectCall.__call__, RoutedLinear.forward, ROUTE_ATTR,
-                                                 vars(nn_module))
+    try:
+        RoutedLinear.__call__ = native.module_method(RoutedLinear, DirectCall.__call__, RoutedLinear.forward,
+                                                     ROUTE_ATTR, vars(nn_module))
+    except (TypeError, ValueError) as exc:
+        log.warning("sglang_rvv: routed Linears keep their Python call: %s", exc)
 
 
 def install_routed_linear(module: torch.nn.Module, route: ModuleRoute) -> None:

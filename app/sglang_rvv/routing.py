@@ -1,7 +1,7 @@
 """Which kernel serves a Linear call: buckets, the shape gate, the decision, the per-module route.
 
-Every routed projection call lands in :meth:`ModuleRoute.call` (or its C twin, :func:`accelerated`). It maps the
-flattened row count M to a bucket and asks :func:`decide` for the route: a
+Every routed projection call lands in :meth:`ModuleRoute.call` (or its C twin, :func:`accelerated`).
+It maps the flattened row count M to a bucket and asks :func:`decide` for the route: a
 packed callable for the bucket (zero-padding M up to the bucket, slicing
 after), or row-major ``F.linear``, which also serves the buckets where the
 warm-up's measured route table found the packed callable slower (see
@@ -345,8 +345,9 @@ def accelerated() -> types.ModuleType | None:
 
     The entry's C method (``kernels/csrc/entry/route_call.cpp``) takes a memoised planned packed
     call (:meth:`ModuleRoute.call`'s memo check, the plan's packed call, the counter) without a
-    Python frame, and hands everything else to :meth:`ModuleRoute.call`: about 10 k of a
-    projection call's instructions under emulation. It reads the slots of the classes below."""
+    Python frame, and hands everything else to :meth:`ModuleRoute.call`. With the routed Linear's
+    C call (:mod:`.adapters`) a projection call went from 30.6 k instructions outside the kernel
+    library to 12.9 k under emulation. It reads the slots of the classes below."""
     native = native_entry()
     if native is None:
         return None
