@@ -406,7 +406,8 @@ def native_routes(native, monkeypatch):
     for cache in (kernels.chosen, routing.accelerated):
         cache.cache_clear()
     yield routing
-    adapters.RoutedLinear.__dict__.get("__call__") is not None and delattr(adapters.RoutedLinear, "__call__")
+    if "__call__" in adapters.RoutedLinear.__dict__:
+        del adapters.RoutedLinear.__call__
     for cache in (kernels.chosen, routing.accelerated):
         cache.cache_clear()
 

@@ -19,7 +19,6 @@
 
 #include "entry.h"
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <exception>
@@ -219,8 +218,7 @@ PyObject* plan_linear(PyObject* capsule, PyObject* input, PyObject* weight, PyOb
   const at::Tensor& b = bias != Py_None ? unpack(bias) : kUndefined;
   std::string failure;
   at::Tensor out;
-  if (x.numel() / std::max<int64_t>(plan->in_features, 1) * plan->out_features * plan->in_features <
-      kHoldGilWork) {
+  if (x.numel() * plan->out_features < kHoldGilWork) {  // rows x K x N multiply-adds
     out = run(*plan, x, first, second, b, failure);
   } else {
     // Owned handles, taken while the GIL is held: below it is released, and another thread may

@@ -352,16 +352,16 @@ PyObject* route_method(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   names();
-  if (g_route == nullptr) {
-    g_route = new RouteSpec(spec);
-  } else {  // the same class again: its slots are where they were
+  spec.python_call = Py_NewRef(args[1]);
+  spec.bfloat16 = Py_NewRef(args[5]);
+  if (g_route == nullptr) {  // the classes are kept for the process; made again, their slots are where they were
+    for (PyObject* type : {args[0], args[2], args[3], args[4]}) Py_INCREF(type);
+    g_route = new RouteSpec();
+  } else {
     Py_DECREF(g_route->python_call);
     Py_DECREF(g_route->bfloat16);
-    *g_route = spec;
   }
-  for (PyObject* type : {args[0], args[2], args[3], args[4]}) Py_INCREF(type);
-  g_route->python_call = Py_NewRef(args[1]);
-  g_route->bfloat16 = Py_NewRef(args[5]);
+  *g_route = spec;
   return PyDescr_NewMethod(route_type, &kRouteCall);
 }
 
@@ -382,16 +382,8 @@ PyObject* module_method(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_Format(PyExc_ValueError, "module_method: already made for %s", g_module->module_type->tp_name);
     return nullptr;
   }
-  if (g_module == nullptr) {
-    g_module = new ModuleSpec();
-    g_module->module_type = module_type;
-    Py_INCREF(module_type);
-  } else {
-    Py_DECREF(g_module->python_call);
-    Py_DECREF(g_module->forward);
-    Py_DECREF(g_module->route_attr);
-    for (PyObject* hooks : g_module->global_hooks) Py_XDECREF(hooks);
-  }
+  ModuleSpec spec;
+  spec.module_type = module_type;
   const Names& n = names();
   for (size_t i = 0; i < n.global_hooks.size(); ++i) {
     PyObject* hooks = PyDict_GetItemWithError(args[4], n.global_hooks[i]);
@@ -399,15 +391,25 @@ PyObject* module_method(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       if (!PyErr_Occurred()) {
         PyErr_Format(PyExc_ValueError, "module_method: hook_globals has no dict %U", n.global_hooks[i]);
       }
-      g_module->global_hooks[i] = nullptr;
       return nullptr;
     }
-    g_module->global_hooks[i] = Py_NewRef(hooks);
+    spec.global_hooks[i] = hooks;
   }
-  g_module->python_call = Py_NewRef(args[1]);
-  g_module->forward = Py_NewRef(args[2]);
-  g_module->route_attr = Py_NewRef(args[3]);
-  PyUnicode_InternInPlace(&g_module->route_attr);
+  // Nothing is kept until every check passed: a descriptor made before keeps working on a failure.
+  for (PyObject* hooks : spec.global_hooks) Py_INCREF(hooks);
+  spec.python_call = Py_NewRef(args[1]);
+  spec.forward = Py_NewRef(args[2]);
+  spec.route_attr = Py_NewRef(args[3]);
+  PyUnicode_InternInPlace(&spec.route_attr);
+  if (g_module == nullptr) {
+    Py_INCREF(module_type);
+    g_module = new ModuleSpec();
+  } else {  // made again: the classes seen are checked against the new forward
+    for (PyObject* obj : {g_module->python_call, g_module->forward, g_module->route_attr}) Py_DECREF(obj);
+    for (PyObject* hooks : g_module->global_hooks) Py_DECREF(hooks);
+    for (PyTypeObject* seen : g_module->checked) Py_XDECREF(seen);
+  }
+  *g_module = spec;
   return PyDescr_NewMethod(module_type, &kModuleCall);
 }
 
