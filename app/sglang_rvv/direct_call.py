@@ -41,8 +41,9 @@ _CLASSES: dict[type, type] = {}
 def direct_class(cls: type) -> type:
     """``cls`` with :class:`DirectCall` in front, one per class. It keeps ``cls``'s name, module and
     qualified name, as transformers and SGLang match modules by class name; ``isinstance`` and the
-    state_dict keys hold as for a subclass."""
-    if issubclass(cls, DirectCall):
+    state_dict keys hold as for a subclass. A class with a ``__call__`` of its own keeps it: that
+    call is not only the forward."""
+    if issubclass(cls, DirectCall) or cls.__call__ is not torch.nn.Module.__call__:
         return cls
     direct = _CLASSES.get(cls)
     if direct is None:

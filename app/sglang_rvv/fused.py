@@ -179,13 +179,12 @@ _ABSENT = object()
 
 def give_forward(module: torch.nn.Module, forward: Callable, attr: str = "forward") -> None:
     """Make ``forward`` (a function of the module) the callable the module's ``attr`` holds:
-    transformers calls ``forward``, SGLang's fused ops their ``_forward_method``. A module that
-    transformers calls also skips ``nn.Module.__call__`` where that would only call forward
-    (:mod:`.direct_call`)."""
+    transformers calls ``forward``, SGLang's fused ops their ``_forward_method`` (from their
+    class's forward). The module also skips ``nn.Module.__call__`` where that would only call
+    forward (:mod:`.direct_call`)."""
     previous, cls = module.__dict__.get(attr, _ABSENT), type(module)
     setattr(module, attr, types.MethodType(forward, module))
-    if attr == "forward":
-        module.__class__ = direct_class(cls)
+    module.__class__ = direct_class(cls)
     module.__dict__[MARK_ATTR] = (attr, previous, cls)
 
 

@@ -286,6 +286,32 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     assert {name: type(m) for name, m in model.named_modules()} == classes
 
 
+def test_sglang_modules_get_the_kernels_and_skip_module_call(native, monkeypatch):
+    """SGLang's RMSNorm and SiluAndMul, given the kernels, are called without nn.Module.__call__
+    (direct_call) and give their own forward's result within one rounding; taken back, they are
+    their classes again."""
+    from sglang.srt.layers.activation import SiluAndMul
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    model = torch.nn.Sequential(RMSNorm(256), SiluAndMul()).requires_grad_(False)  # as SGLang loads it
+    model[0].weight.data = _randn(256, seed=3)
+    x, gate_up = _randn(3, 256, seed=4), _randn(3, 512, seed=5)
+    as_built = model[0](x), model[1](gate_up)
+    classes = [type(m) for m in model]
+    ran = []
+    for name in ("rms_norm", "silu_mul"):
+        monkeypatch.setattr(fused, name, lambda *a, _name=name, _op=getattr(fused, name): ran.append(_name) or _op(*a))
+    assert srt_fused.install_sglang(model) == {"rmsnorm": 1, "silu_mul": 1}
+    assert all(isinstance(m, DirectCall) and type(m).__name__ == c.__name__ for m, c in zip(model, classes))
+    for got, want in zip((model[0](x), model[1](gate_up)), as_built):
+        assert _sqnr_db(got, want) > 40
+    assert ran == ["rms_norm", "silu_mul"]
+    assert sum(fused.take_back(m) for m in model) == 2
+    assert [type(m) for m in model] == classes
+
+
 def test_a_call_the_kernels_do_not_take_runs_the_modules_own_code(native):
     model = tiny.build_model("llama", seed=0)
     fused.install_hf(model)

@@ -51,3 +51,17 @@ def test_a_keyword_call_with_a_hook_runs_the_hook(hook):
 def test_one_class_per_class_and_a_direct_class_stays_itself():
     assert direct_class(Scale) is direct_class(Scale)
     assert direct_class(direct_class(Scale)) is direct_class(Scale)
+
+
+def test_a_class_with_a_call_of_its_own_keeps_it():
+    class Counted(Scale):
+        calls = 0
+
+        def __call__(self, *args, **kwargs):
+            type(self).calls += 1
+            return super().__call__(*args, **kwargs)
+
+    assert direct_class(Counted) is Counted
+    module = _direct(Counted())
+    module(torch.ones(1))
+    assert Counted.calls == 1

@@ -46,3 +46,28 @@ def test_gate_leaves_sharded_and_quantized_modules_alone():
         pass
 
     assert sglang_gate(_module(Fp8LinearMethod())) == "gate: quantized (Fp8LinearMethod)"
+
+
+def test_a_routed_sglang_projection_skips_module_call_and_keeps_its_hooks():
+    """SGLang's forward and the method's apply reach the route without nn.Module.__call__; a
+    forward hook still runs (nn.Module.__call__ again)."""
+    from sglang.srt.layers.linear import ReplicatedLinear
+
+    from sglang_rvv.direct_call import DirectCall
+
+    module = ReplicatedLinear(8, 4, bias=False, params_dtype=torch.float32)
+    seen = []
+
+    def route(layer, x, weight, bias):
+        seen.append((layer, weight, bias))
+        return x @ weight.t()
+
+    install_route(module, route=route)
+    assert isinstance(module, DirectCall) and type(module).__name__ == "ReplicatedLinear"
+    x = torch.ones(2, 8)
+    out, bias = module(x)
+    assert bias is None and torch.equal(out, x @ module.weight.t())
+    assert seen == [(module, module.weight, None)]
+    handle = module.register_forward_hook(lambda mod, args, result: (result[0] * 2, result[1]))
+    assert torch.equal(module(x)[0], 2 * (x @ module.weight.t())) and len(seen) == 2
+    handle.remove()

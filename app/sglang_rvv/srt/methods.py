@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod, UnquantizedLinearMethod
 
+from ..direct_call import direct_class
 from ..routing import ROUTE_ATTR, ModuleRoute, accelerated
 
 _PLAIN_METHODS = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
@@ -52,6 +53,9 @@ def sglang_gate(module: torch.nn.Module) -> str | None:
 def install_route(module: torch.nn.Module, route: ModuleRoute) -> None:
     accelerated()  # the routes' call in C where the provider has a native entry
     module.__dict__[ROUTE_ATTR] = route
+    # SGLang calls its projections as modules: without nn.Module.__call__ where that would only
+    # call forward (as transformers' routed Linears are called).
+    module.__class__ = direct_class(type(module))
     method = module.quant_method
     if isinstance(method, (RvvLinearMethod, RvvLmHeadMethod)):
         return
