@@ -301,11 +301,17 @@ def test_sglang_modules_get_the_kernels_and_skip_module_call(native, monkeypatch
     as_built = model[0](x), model[1](gate_up)
     classes = [type(m) for m in model]
     ran = []
+
+    def spy(name):
+        op = getattr(fused, name)
+        return lambda *args: ran.append(name) or op(*args)
+
     for name in ("rms_norm", "silu_mul"):
-        monkeypatch.setattr(fused, name, lambda *a, _name=name, _op=getattr(fused, name): ran.append(_name) or _op(*a))
+        monkeypatch.setattr(fused, name, spy(name))
     assert srt_fused.install_sglang(model) == {"rmsnorm": 1, "silu_mul": 1}
-    assert all(isinstance(m, DirectCall) and type(m).__name__ == c.__name__ for m, c in zip(model, classes))
-    for got, want in zip((model[0](x), model[1](gate_up)), as_built):
+    assert all(isinstance(m, DirectCall) and type(m).__name__ == c.__name__
+               for m, c in zip(model, classes, strict=True))
+    for got, want in zip((model[0](x), model[1](gate_up)), as_built, strict=True):
         assert _sqnr_db(got, want) > 40
     assert ran == ["rms_norm", "silu_mul"]
     assert sum(fused.take_back(m) for m in model) == 2
