@@ -76,6 +76,15 @@ def available() -> tuple[bool, str]:
                   f"rvv kernel library ({provider.NAME})")
 
 
+def module_tensor(module: torch.nn.Module, name: str) -> torch.Tensor | None:
+    """``module.<name>`` for a parameter or buffer, read from the module's own dicts: the attribute
+    read goes through ``nn.Module.__getattr__``, a Python call, on every norm of every step."""
+    tensor = module._parameters.get(name)
+    if tensor is None:
+        tensor = module._buffers.get(name)
+    return tensor if tensor is not None else getattr(module, name)
+
+
 def servable(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:
     """Whether the kernels may take ``x`` (and a norm's ``weight``): bfloat16, on the CPU,
     contiguous, outside autograd, a 1-D weight as long as ``x``'s last dim."""
@@ -222,8 +231,9 @@ def install(model: torch.nn.Module, hook: Callable[[torch.nn.Module], Counter] |
 # -- transformers -----------------------------------------------------------------------------------
 
 def _hf_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-    if servable(hidden_states, self.weight):
-        return rms_norm(hidden_states, self.weight, self.variance_epsilon)
+    weight = module_tensor(self, "weight")
+    if servable(hidden_states, weight):
+        return rms_norm(hidden_states, weight, self.variance_epsilon)
     return type(self).forward(self, hidden_states)
 
 

@@ -318,6 +318,20 @@ def test_sglang_modules_get_the_kernels_and_skip_module_call(native, monkeypatch
     assert [type(m) for m in model] == classes
 
 
+def test_a_module_tensor_is_its_parameter_its_buffer_or_its_attribute():
+    module = torch.nn.Module()
+    module.weight = torch.nn.Parameter(torch.ones(2))
+    module.register_buffer("table", torch.zeros(3), persistent=False)
+    module.plain = torch.full((1,), 7.0)
+    assert fused.module_tensor(module, "weight") is module.weight
+    assert fused.module_tensor(module, "table") is module.table
+    assert fused.module_tensor(module, "plain") is module.plain
+    module.weight = torch.nn.Parameter(torch.zeros(2))  # replaced: the live one is read
+    assert fused.module_tensor(module, "weight") is module._parameters["weight"]
+    with pytest.raises(AttributeError):
+        fused.module_tensor(module, "missing")
+
+
 def test_a_call_the_kernels_do_not_take_runs_the_modules_own_code(native):
     model = tiny.build_model("llama", seed=0)
     fused.install_hf(model)

@@ -41,11 +41,12 @@ def _norm_forward(self, x, residual=None, post_residual_addition=None, quant_lin
     plain = (post_residual_addition is None and quant_linear is None
              and getattr(self, "variance_size_override", None) is None
              and not getattr(self, "fp32_residual", False) and getattr(self, "override_orig_dtype", None) is None)
-    if plain and fused.servable(x, self.weight):
+    weight = fused.module_tensor(self, "weight")
+    if plain and fused.servable(x, weight):
         if residual is None:
-            return fused.rms_norm(x, self.weight, self.variance_epsilon)
+            return fused.rms_norm(x, weight, self.variance_epsilon)
         if fused.servable(residual) and residual.shape == x.shape:
-            fused.add_rms_norm_(x, residual, self.weight, self.variance_epsilon)
+            fused.add_rms_norm_(x, residual, weight, self.variance_epsilon)
             return x, residual
     return self.forward_cpu(x, residual, post_residual_addition, quant_linear)
 
@@ -58,7 +59,7 @@ def _silu_forward(self, x):
 
 
 def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
-    cache = self.cos_sin_cache
+    cache = fused.module_tensor(self, "cos_sin_cache")
     if (fused_set_kv_buffer_arg is None and self.is_neox_style and self.rotary_dim == self.head_size
             and cache.dtype is torch.bfloat16 and query.dim() == 2 and key.dim() == 2):
         at = positions if offsets is None else positions + offsets
