@@ -50,11 +50,17 @@ def warm(model_dir: str | os.PathLike, cache_dir: str | os.PathLike, config, *, 
     report = json.loads(report_path.read_text())
     report_path.unlink()
     warmup = report.get("warmup")
-    if not warmup or (report.get("packed") and not warmup.get("keys")):
+    uncompiled = (warmup or {}).get("packed_not_compiled")
+    if not warmup or (report.get("packed") and not warmup.get("keys") and not uncompiled):
         raise RuntimeError(f"the server compiled no shape keys (policy report: {report.get('reason') or report})")
-    if not warmup["keys"]:  # a model whose every projection the provider's shape gate leaves to F.linear
-        print(f"nothing to compile: {len(report.get('skipped', {}))} projections row-major on provider "
-              f"{report.get('provider')} ({sorted(set(report.get('skipped', {}).values()))[:3]})", file=sys.stderr)
+    if not warmup["keys"]:
+        if uncompiled:  # the rvv provider: its packed calls need no compile
+            print(f"nothing to compile: {len(report.get('packed', []))} projections packed, whose calls are not "
+                  f"compiled ({uncompiled})", file=sys.stderr)
+        else:  # a model whose every projection the provider's shape gate leaves to F.linear
+            print(f"nothing to compile: {len(report.get('skipped', {}))} projections row-major on provider "
+                  f"{report.get('provider')} ({sorted(set(report.get('skipped', {}).values()))[:3]})",
+                  file=sys.stderr)
     # The server's warm-up wrote the route table into its Inductor cache dir, this one.
     routes = warmup.get("route_table") or []
     if routes and not (cache_dir / ROUTE_TABLE).exists():

@@ -108,6 +108,12 @@ def shape_gate() -> ShapeGate:
     return chosen()[0].GATE
 
 
+def compile_packed() -> bool:
+    """Whether the chosen provider's packed calls are compiled where the config asks for regional
+    compile (``COMPILE_PACKED``, default yes): the rvv provider's are native ops, called as they are."""
+    return getattr(chosen()[0], "COMPILE_PACKED", True)
+
+
 def static_gate(projection: str, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
     """Why a projection can never take the packed route, or ``None`` if it can."""
     if projection not in PROJECTIONS:
@@ -176,7 +182,7 @@ def decide(projection: str, rows: int, status: Status, config: RvvPolicyConfig, 
         return Decision(Route.ROW_MAJOR_INVALID, bucket, None)
     if status == Status.ROW_MAJOR_ONLY:
         route, mode = Route.ROW_MAJOR_COMPILED, Mode.ROW_MAJOR
-    elif config.regional_compile:
+    elif config.regional_compile and compile_packed():
         route, mode = Route.PACKED_COMPILED, Mode.EXPLICIT_PACKED
     else:
         return Decision(Route.PACKED_EAGER, bucket, None)

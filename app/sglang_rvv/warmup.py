@@ -61,12 +61,15 @@ class WarmupReport:
     route_table_seconds: float = 0.0  # part of ``seconds`` spent loading or measuring the table
     skipped_row_major: int = 0  # packed keys a cached route table sends row-major: not compiled, not loaded
     skipped_eager: int = 0  # ... and those it sends to the eager kernel
+    packed_not_compiled: str | None = None  # why no packed key is compiled (the provider's native ops)
 
     def summary(self) -> str:
         text = (
             f"sglang_rvv: warm-up: {len(self.keys)} shape keys in {self.seconds:.1f} s, "
             f"{self.compiled} Inductor compiles, {self.cache_hits} cache hits"
         )
+        if self.packed_not_compiled:
+            text += f" (packed calls not compiled: {self.packed_not_compiled})"
         if self.skipped_row_major or self.skipped_eager:
             text += (f" ({self.skipped_row_major} more keys routed row-major and {self.skipped_eager} eager by the "
                      "cached route table, not loaded)")
@@ -234,6 +237,9 @@ def warm_up(policy: RvvPolicy, *, table_dir: str | os.PathLike | None = None) ->
     context = policy.context
     if not context.config.regional_compile:
         return report
+    if not routing.compile_packed():
+        report.packed_not_compiled = (f"provider {routing.chosen()[0].NAME}: each is one native op, called as it is "
+                                      "(compiling would only wrap it)")
     compiles, hits = inductor_cache_counts()
     start = time.perf_counter()
     stored = RouteTable()

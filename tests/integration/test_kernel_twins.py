@@ -512,3 +512,25 @@ def test_the_routes_c_method_refuses_a_class_without_the_slots_it_reads(native_r
     with pytest.raises(ValueError, match="NoSlots has no __slots__ member context"):
         native.route_method(NoSlots, NoSlots.__call__, packed_state.PackedRecord, routing.RouteContext,
                             routing.CallMemo, torch.bfloat16, 0, 6)
+
+
+def test_with_regional_compile_the_rvv_providers_packed_calls_are_not_compiled(native_routes):
+    """The rvv provider's packed calls are native ops: with regional compile on (the flag's default)
+    they still take the eager route, at M=1 and in a bucket, and the warm-up compiles nothing and
+    says why."""
+    from sglang_rvv import RvvPolicyConfig, install_rvv_policy, tiny
+    from sglang_rvv.policy import policy_of
+    from sglang_rvv.warmup import warm_up
+
+    model = tiny.build_model("llama", seed=0)
+    install_rvv_policy(model, RvvPolicyConfig(measure_routes=False, fused_ops=False))
+    assert policy_of(model).config.regional_compile
+    report = warm_up(policy_of(model))
+    assert report.keys == [] and report.compiled == 0, report
+    assert "native op" in report.packed_not_compiled and "not compiled" in report.summary()
+    counters = policy_of(model).counters
+    o_proj = model.model.layers[0].self_attn.o_proj
+    with torch.inference_mode():
+        for rows in (1, 3):
+            o_proj(_randn(1, rows, o_proj.in_features, seed=rows))
+    assert counters == {("o_proj", "packed_eager", "1"): 1, ("o_proj", "packed_eager", "4"): 1}, counters

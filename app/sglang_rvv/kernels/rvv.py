@@ -33,6 +33,9 @@ from . import entry, gate
 
 NAME = "rvv"
 GATE = gate.RVV  # see kernels/gate.py
+# Every packed call is one native op, opaque to Inductor: a compiled callable could only wrap it in
+# Dynamo's guards and Inductor's wrapper, so routing calls it as it is and nothing is compiled.
+COMPILE_PACKED = False
 LIB_ENV = "SGLANG_RVV_KERNELS_LIB"
 DEFAULT_LIB = Path(__file__).resolve().parent / "lib" / "libsglang_rvv_kernels.so"
 HWCAP_V = 1 << (ord("V") - ord("A"))
