@@ -123,7 +123,8 @@ def test_every_projection_takes_the_packed_route_with_the_rvv_provider(served):
     assert packed == set(PROJECTIONS), calls
     # With regional compile on (the flag), the rvv provider's packed calls are its native ops called as
     # they are: none went through a compiled callable, so this start compiled nothing for them.
-    assert {key.split("/")[1] for key, count in calls.items() if count} == {"packed_eager"}, calls
+    routes = {key.split("/")[1] for key, count in calls.items() if count}
+    assert "packed_eager" in routes and not routes & {"packed_compiled", "row_major_compiled"}, calls
     assert linear_calls(off) == {}
     report = compose_report("riscv64")
     assert report["provider"] == "rvv", report.get("provider")
