@@ -120,6 +120,13 @@ def test_policy_failures_need_the_packed_route():
     assert failure == "the policy was not installed: why"
 
 
+def test_with_the_rvv_provider_a_compiled_smoke_expects_the_eager_route(monkeypatch):
+    """--compile with the rvv provider: its packed calls are native ops, never compiled."""
+    monkeypatch.setattr(cli, "compile_packed", lambda: False)
+    report = PolicyReport(adapter="hf_named", packed=["lm_head"])
+    assert cli.policy_failures(report, {"packed_eager": {"1": 3, "4": 1}}, regional_compile=True) == []
+
+
 def test_unsupported_model_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mistral"}))
     assert cli.main([str(tmp_path)]) == 2

@@ -24,7 +24,7 @@ from ..adapters import hf_named_adapter
 from ..layout import WEIGHT_DTYPES
 from ..ops import PROVIDER_NAME
 from ..policy import PolicyReport, policy_of
-from ..routing import Route
+from ..routing import Route, compile_packed
 from .comparison import FLOORS, compare
 from .decoder import load_model
 from .reader import SmokeError
@@ -91,7 +91,8 @@ def policy_failures(report: PolicyReport, routes: dict[str, dict[str, int]], reg
         return [f"no projection took the {weight_dtype} layout (layouts: {sorted(taken) or 'none reported'}; "
                 f"skipped: {sorted(set(report.skipped.values()))}): this build cannot check --weight-dtype "
                 f"{weight_dtype}"]
-    route = Route.PACKED_COMPILED if regional_compile else Route.PACKED_EAGER
+    # The rvv provider's packed calls are native ops, never compiled (routing.compile_packed).
+    route = Route.PACKED_COMPILED if regional_compile and compile_packed() else Route.PACKED_EAGER
     hit = routes.get(route, {})
     missing = [bucket for bucket in ("1", "4") if not hit.get(bucket)]
     if missing:
