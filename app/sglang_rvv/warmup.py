@@ -237,13 +237,15 @@ def warm_up(policy: RvvPolicy, *, table_dir: str | os.PathLike | None = None) ->
     context = policy.context
     if not context.config.regional_compile:
         return report
-    if not routing.compile_packed():
+    compile_packed = routing.compile_packed()
+    if not compile_packed:
         report.packed_not_compiled = (f"provider {routing.chosen()[0].NAME}: each is one native op, called as it is "
                                       "(compiling would only wrap it)")
     compiles, hits = inductor_cache_counts()
     start = time.perf_counter()
     stored = RouteTable()
-    if context.config.measure_routes:
+    # The table holds packed keys only: with none compiled there is nothing to read or measure.
+    if context.config.measure_routes and compile_packed:
         if table_dir is None:
             from torch._inductor.runtime.cache_dir_utils import cache_dir
 
