@@ -36,6 +36,8 @@ help:
 	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR;"
 	@echo "              SERVING=MODEL_DIR: SGLang's serving loop of that checkpoint too, every process, per token)"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
+	@echo "make image-archive - make image, then podman save it to .cache/images/archives/ (a board loads it: Ansible's"
+	@echo "              sglang_rvv_build_image_archive)"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
 	@echo "              (REPLICAS=N: N appliances on their own CPUs behind the gateway, smg, on the same port;"
 	@echo "              WEIGHT_DTYPE=int8|int4: packed weights quantized at load, GROUP_SIZE=N, LM_HEAD_DTYPE=...)"

@@ -9,6 +9,9 @@
 #        [WEIGHT_DTYPE=bf16|int8|int4] [GROUP_SIZE=N] [LM_HEAD_DTYPE=...]: the packed weight layout,
 #        quantized at load from the BF16 checkpoint (empty: the layout's defaults)
 #   make down
+#   make image-archive [same variables]     make image, then `podman save` the model (CACHE=warm: warm)
+#        image to .cache/images/archives/ for a target that loads it instead of building
+#        (Ansible: sglang_rvv_build_image_archive=PATH; the path is the last line printed)
 #   make lock                               refresh the pins that follow from the repo, then check the lock
 #   make images-setup                       podman, its containers.conf, qemu-riscv64 and qemu-aarch64 binfmt
 #
@@ -40,7 +43,7 @@ IMAGES_ENV := PODMAN_COMPOSE=$(PODMAN_COMPOSE) SGLANG_RVV_PORT=$(PORT) SGLANG_RV
 	SGLANG_RVV_REPLICAS=$(REPLICAS) SGLANG_RVV_WEIGHT_DTYPE=$(WEIGHT_DTYPE) SGLANG_RVV_GROUP_SIZE=$(GROUP_SIZE) \
 	SGLANG_RVV_LM_HEAD_DTYPE=$(LM_HEAD_DTYPE)
 
-.PHONY: image image-base image-runtime image-model image-cache image-gateway images-setup model-dir-check compose-tool lock up down
+.PHONY: image image-base image-runtime image-model image-cache image-gateway image-archive images-setup model-dir-check compose-tool lock up down
 
 images-setup:
 	$(IMAGES_SCRIPTS)/podman-setup.sh
@@ -74,6 +77,9 @@ image-gateway: images-setup
 
 image: $(if $(filter warm,$(CACHE)),image-cache,image-model) $(if $(filter 1,$(REPLICAS)),,image-gateway)
 	@case "$(CACHE)" in cold|warm) ;; *) echo "CACHE=$(CACHE): use cold or warm" >&2; exit 2 ;; esac
+
+image-archive: image
+	$(IMAGES_SCRIPTS)/image-archive.sh $(if $(filter warm,$(CACHE)),cache,model) $(ARCH) $(MODEL)
 
 # .installed is written last: an interrupted install is redone from scratch next time.
 $(COMPOSE_VENV)/.installed: requirements/lock.txt images/lock.toml

@@ -26,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECOND = ("tests/ansible/test_emulated_board.py", "tests/images/test_board_model.py", "tests/images/test_riscv64.py",
+          "tests/ansible/test_deploy_riscv64.py",
           "tests/images/test_rvv_kernels.py", "tests/images/test_gateway_arm64.py", "tests/images/test_model_dir.py",
           "tests/images/test_default_model.py")
 LOG = REPO / ".cache" / "test-lanes" / "second.log"

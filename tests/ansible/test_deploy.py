@@ -109,7 +109,7 @@ def test_host_checks_pass_for_the_service(deploy):
     _ok(runs, "deploy")
     result = host_checks(path)
     assert result.returncode == 0, result.stdout[-4000:]
-    assert "3 passed" in result.stdout
+    assert "5 passed" in result.stdout
 
 
 @pytest.fixture(scope="module")

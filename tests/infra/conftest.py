@@ -61,9 +61,18 @@ class Target:
             store = self.vars.get("sglang_rvv_model_store_dir", "/opt/sglang-rvv/models")
             copy = f"{store}/{self.vars['sglang_rvv_model_dir'].rstrip('/').rsplit('/', 1)[-1]}"
             model, env = "", f"SGLANG_RVV_CHECKPOINT_DIR={shlex.quote(copy)} "
-        # ARCH '': the target's own (image-name.sh asks the lock for its machine's arch).
-        command = f"cd {shlex.quote(self.src())} && {env}images/scripts/image-name.sh {kind} '' {model}"
+        command = f"cd {shlex.quote(self.src())} && {env}images/scripts/image-name.sh {kind} {self.arch()} {model}"
         return self.run_ok(command).strip()
+
+    def arch(self) -> str:
+        """The served image's arch: sglang_rvv_arch (an emulated one runs under qemu-user), else the
+        target machine's, as the lock names it."""
+        return self.vars.get("sglang_rvv_arch") or self.lock("arch-of", self.host.system_info.arch)
+
+    def lock(self, *args: str) -> str:
+        """images/scripts/lock.py in the deployed tree."""
+        return self.run_ok(f"cd {shlex.quote(self.src())} && python3 images/scripts/lock.py "
+                           f"{' '.join(map(shlex.quote, args))}").strip()
 
 
 @pytest.fixture(scope="module")

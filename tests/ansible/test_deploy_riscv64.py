@@ -1,0 +1,176 @@
+"""The riscv64 appliance deployed by Ansible on an emulated board: this host, whose podman runs
+the riscv64 image under qemu-user (binfmt_misc) where a board runs it natively. The image is
+made on the controller (`make image-archive ARCH=riscv64`) and handed in with podman save/load,
+not rebuilt: build.yml loads the archive, deploy.yml serves it with the service role (compose,
+the board's CPU model for qemu), both change nothing on a second run, and the host checks pass
+(the image's arch and labels against the lock, the container's machine, a served completion).
+An archive of another commit or arch, or none, is refused before anything is copied.
+
+The controller and the "board" share this host's podman storage, so the image's tag is removed
+before build.yml runs (the load puts it back; the fixture restores it if a run failed).
+Timings under qemu are printed for CI planning only; they say nothing about the board.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+import urllib.request
+
+import pytest
+from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap
+from image_support import free_port, lock_get, run
+
+TARGET = "emulated-riscv64-board"
+PROJECT = "sglang-rvv-emulated-board"  # its own compose project: the lanes' appliances run beside it
+MODEL = "tiny-llama"
+
+
+def _image_id(name: str) -> str:
+    inspect = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", name],
+                             capture_output=True, text=True)
+    return inspect.stdout.strip() if inspect.returncode == 0 else ""
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """`make image-archive ARCH=riscv64 MODEL=tiny-llama CACHE=cold`: (archive, image name, image id)."""
+    if os.geteuid() != 0:
+        pytest.fail("deploying needs root and rootful podman: run images/scripts/podman-setup.sh")
+    made = run(["make", "image-archive", "ARCH=riscv64", f"MODEL={MODEL}", "CACHE=cold"], timeout=3600,
+               log=tmp_path_factory.mktemp("logs") / "make-image-archive-riscv64.log")
+    path = made.stdout.strip().splitlines()[-1]
+    name = f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-riscv64"
+    return path, name, _image_id(name)
+
+
+@pytest.fixture(scope="module")
+def deploy(archive, tmp_path_factory):
+    path, name, image_id = archive
+    work = tmp_path_factory.mktemp("deploy-riscv64")
+    port = free_port()
+    variables = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "sglang_rvv_arch": "riscv64",
+        "sglang_rvv_model": MODEL,
+        "sglang_rvv_cache": "cold",  # the rvv provider compiles nothing for its packed calls: no warm riscv64 image
+        "sglang_rvv_src_dir": str(work / "src"),
+        "sglang_rvv_port": port,
+        "sglang_rvv_build_image_archive": path,
+        "sglang_rvv_service_project": PROJECT,
+        "sglang_rvv_service_compose": str(BIN / "podman-compose"),
+        "sglang_rvv_infra_checks": ["service"],
+    }
+    hosts = inventory(work / "inventory.yml", {TARGET: variables})
+    subprocess.run(["podman", "untag", name, name], check=True, capture_output=True)
+    try:
+        runs = {"build": playbook(hosts, "build.yml")}
+        if runs["build"].returncode == 0:
+            runs["build again"] = playbook(hosts, "build.yml")
+            runs["deploy"] = playbook(hosts, "deploy.yml")
+            if runs["deploy"].returncode == 0:
+                runs["deploy again"] = playbook(hosts, "deploy.yml")
+        yield hosts, port, runs, work
+    finally:
+        subprocess.run([REPO / "images/scripts/compose.sh", "down"], capture_output=True, timeout=300,
+                       env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose"), "SGLANG_RVV_PROJECT": PROJECT})
+        if not _image_id(name):  # a failed load: the other tests of this lane want the image
+            subprocess.run(["podman", "tag", image_id, name], capture_output=True)
+
+
+def _ok(runs, name):
+    assert name in runs, f"an earlier playbook failed: {list(runs)}"
+    assert runs[name].returncode == 0, runs[name].stdout[-4000:]
+    return runs[name]
+
+
+def test_build_loads_the_archive_instead_of_building(archive, deploy):
+    path, name, image_id = archive
+    _, _, runs, work = deploy
+    out = flat(_ok(runs, "build").stdout)
+    assert f"{name} ({image_id[:12]}, commit {_commit()[:12]}) loaded from {path} on {TARGET}" in out
+    assert "Start make image" not in out
+    assert _image_id(name) == image_id
+    assert not list((work / "image-archives").iterdir()), "the target's copy of the archive is left behind"
+    again = _ok(runs, "build again")
+    assert f"{name} ({image_id[:12]}, commit {_commit()[:12]}) already on {TARGET}" in flat(again.stdout)
+    assert recap(again.stdout)[TARGET]["changed"] == 0, again.stdout[-4000:]
+
+
+def test_the_riscv64_appliance_serves_under_qemu(archive, deploy):
+    _, name, image_id = archive
+    _, port, runs, _ = deploy
+    out = flat(_ok(runs, "deploy").stdout)
+    assert f"{name} serves on 127.0.0.1:{port} (compose)" in out and "returned 4 tokens" in out
+    listed = subprocess.run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert len(listed) == 1, listed
+    (container,) = json.loads(subprocess.run(["podman", "inspect", listed[0]], capture_output=True, text=True,
+                                             check=True).stdout)
+    assert container["Image"] == image_id
+    config = container["Config"]
+    assert f"QEMU_CPU={lock_get('arch.riscv64.qemu_cpu')}" in config["Env"]  # the K1's vector unit
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as response:
+        assert 'provider="rvv"' in response.read().decode()
+
+
+def test_a_second_deploy_changes_nothing(deploy):
+    _, _, runs, _ = deploy
+    assert recap(_ok(runs, "deploy again").stdout)[TARGET]["changed"] == 0
+
+
+def test_host_checks_pass_for_the_riscv64_service(deploy):
+    hosts, _, runs, _ = deploy
+    _ok(runs, "deploy")
+    result = host_checks(hosts)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "5 passed" in result.stdout
+
+
+def _fake_archive(path, tag: str, arch: str, revision: str) -> str:
+    """A docker-archive's manifest and image config, which is all the build role reads before it
+    copies anything."""
+    config = json.dumps({"architecture": arch, "config": {"Labels": {"org.opencontainers.image.revision": revision}}})
+    digest = "ab" * 32
+    members = {"manifest.json": json.dumps([{"Config": f"{digest}.json", "RepoTags": [tag], "Layers": []}]),
+               f"{digest}.json": config}
+    with tarfile.open(path, "w") as tar:
+        for member, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["none", "another commit", "another arch"])
+def test_a_wrong_archive_is_refused_before_it_is_copied(archive, deploy, tmp_path, case):
+    _, name, image_id = archive
+    hosts, _, runs, work = deploy
+    _ok(runs, "build")
+    amd64 = name.replace("-riscv64", "-amd64")
+    path = {"none": str(tmp_path / "missing.tar"),
+            "another commit": _fake_archive(tmp_path / "old.tar", name, "riscv64", "0" * 40),
+            "another arch": _fake_archive(tmp_path / "amd64.tar", amd64, "amd64", _commit())}[case]
+    result = playbook(hosts, "build.yml", "-e", f"sglang_rvv_build_image_archive={path}")
+    assert result.returncode == 2, result.stdout[-4000:]
+    out = flat(result.stdout)
+    expected = {
+        "none": f"{path} is not a file on the controller: make it with `make image-archive ARCH=riscv64",
+        "another commit": f"holds {name} (riscv64, built from commit 000000000000), but this run ships {name} "
+                          f"(riscv64) of commit {_commit()[:12]}: run `make image-archive ARCH=riscv64 CACHE=cold "
+                          f"MODEL={MODEL}` at that commit",
+        "another arch": f"holds {amd64} (amd64, built from commit {_commit()[:12]}), but this run ships {name}",
+    }[case]
+    assert expected in out
+    assert "Copy the archive" not in out and _image_id(name) == image_id
+    assert not list((work / "image-archives").iterdir())
