@@ -22,7 +22,7 @@ def test_image_is_present_with_the_lock_labels(target):
     arch = labels["io.sglang-rvv.arch"]
     assert arch == target.arch(), f"{image} is labelled {arch}, the target serves {target.arch()}"
     expected = target.lock("labels", arch, "runtime")
-    for flag in expected.split():
+    for flag in expected.splitlines():  # one --label=KEY=VALUE a line; values may hold spaces (kernels-flags)
         key, _, value = flag.removeprefix("--label=").partition("=")
         if key.startswith("io.sglang-rvv.") and key != "io.sglang-rvv.image":
             assert labels.get(key) == value, f"{image}: label {key}={labels.get(key)!r}, lock says {value!r}"
