@@ -36,6 +36,13 @@ def playbook(inventory_path: Path, name: str, *extra: str, timeout: float = 3600
     return result
 
 
+def succeeded(runs: dict[str, subprocess.CompletedProcess], name: str) -> subprocess.CompletedProcess:
+    """runs[name], asserted to have run (runs stop at the first failed playbook) and passed."""
+    assert name in runs, f"an earlier playbook failed: {list(runs)}"
+    assert runs[name].returncode == 0, runs[name].stdout[-4000:]
+    return runs[name]
+
+
 def recap(output: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP as {host: {ok: n, changed: n, failed: n, ...}}."""
     return {host: {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}

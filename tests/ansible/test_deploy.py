@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 import yaml
-from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap
+from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap, succeeded
 from image_support import free_port, user_checkpoint
 
 from sglang_rvv.bench.results import load_run
@@ -57,25 +57,19 @@ def deploy(tmp_path_factory):
                    env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose")})
 
 
-def _ok(runs, name):
-    assert name in runs, f"an earlier playbook failed: {list(runs)}"
-    assert runs[name].returncode == 0, runs[name].stdout[-4000:]
-    return runs[name]
-
-
 def test_build_ships_the_commit_and_builds_the_images(deploy):
     _, _, runs, work = deploy
-    _ok(runs, "build")
+    succeeded(runs, "build")
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     current = work / "src" / "current"
     assert current.resolve() == work / "src" / commit
     assert (current / "images" / "lock.toml").read_bytes() == (REPO / "images" / "lock.toml").read_bytes()
-    assert recap(_ok(runs, "build again").stdout)[TARGET]["changed"] == 0
+    assert recap(succeeded(runs, "build again").stdout)[TARGET]["changed"] == 0
 
 
 def test_the_service_comes_up_healthy_and_answers(deploy):
     _, port, runs, _ = deploy
-    out = flat(_ok(runs, "deploy").stdout)
+    out = flat(succeeded(runs, "deploy").stdout)
     assert f"serves on 127.0.0.1:{port} (compose)" in out and "returned 4 tokens" in out
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/completions", headers={"Content-Type": "application/json"},
@@ -101,12 +95,12 @@ def test_the_service_comes_up_healthy_and_answers(deploy):
 
 def test_a_second_deploy_changes_nothing(deploy):
     _, _, runs, _ = deploy
-    assert recap(_ok(runs, "deploy again").stdout)[TARGET]["changed"] == 0
+    assert recap(succeeded(runs, "deploy again").stdout)[TARGET]["changed"] == 0
 
 
 def test_host_checks_pass_for_the_service(deploy):
     path, _, runs, _ = deploy
-    _ok(runs, "deploy")
+    succeeded(runs, "deploy")
     result = host_checks(path)
     assert result.returncode == 0, result.stdout[-4000:]
     assert "5 passed" in result.stdout
@@ -117,7 +111,7 @@ def gateway(deploy):
     """gateway.yml on this host (the gateway group's one host) in front of the deployed board
     and of a board in the inventory that does not serve; run twice."""
     path, port, runs, work = deploy
-    _ok(runs, "deploy")
+    succeeded(runs, "deploy")
     board = {**yaml.safe_load(path.read_text())["bpi_f3"]["hosts"][TARGET], "ansible_host": "127.0.0.1"}
     silent = {"ansible_connection": "local", "ansible_host": "127.0.0.1", "sglang_rvv_port": free_port()}
     gateway_port = free_port()
@@ -136,7 +130,7 @@ def gateway(deploy):
 
 def test_the_gateway_routes_to_the_serving_board_and_leaves_out_the_silent_one(gateway):
     _, gateway_port, runs, port = gateway
-    out = flat(_ok(runs, "gateway").stdout)
+    out = flat(succeeded(runs, "gateway").stdout)
     assert "left out, no /health answer seen from gateway-host: silent-board." in out
     assert f"routes (cache_aware) to http://127.0.0.1:{port};" in out and "returned 4 tokens" in out
     request = urllib.request.Request(
@@ -145,12 +139,12 @@ def test_the_gateway_routes_to_the_serving_board_and_leaves_out_the_silent_one(g
                          "ignore_eos": True}).encode())
     with urllib.request.urlopen(request, timeout=120) as response:
         assert json.load(response)["usage"]["completion_tokens"] == 8
-    assert recap(_ok(runs, "gateway again").stdout)["gateway-host"]["changed"] == 0
+    assert recap(succeeded(runs, "gateway again").stdout)["gateway-host"]["changed"] == 0
 
 
 def test_host_checks_pass_for_the_gateway(gateway):
     fleet, _, runs, _ = gateway
-    _ok(runs, "gateway")
+    succeeded(runs, "gateway")
     result = host_checks(fleet, group="gateway")
     assert result.returncode == 0, result.stdout[-4000:]
     assert "3 passed" in result.stdout
@@ -161,7 +155,7 @@ def test_reproduce_measures_one_board_then_the_gateway(gateway, tmp_path):
     test) measures, from the gateway host, the board alone and then through the gateway, and
     fetches the run to the controller with its report."""
     fleet, _, runs, port = gateway
-    _ok(runs, "gateway")
+    succeeded(runs, "gateway")
     result = playbook(fleet, "reproduce.yml", "--limit", "gateway", "-e", f"sglang_rvv_reproduce_results={tmp_path}",
                       "-e", f"sglang_rvv_reproduce_work_dir={tmp_path / 'work'}",
                       "-e", "sglang_rvv_reproduce_fleet_requests=1")
@@ -183,7 +177,7 @@ def test_reproduce_measures_one_board_then_the_gateway(gateway, tmp_path):
 
 def test_deploy_refuses_a_missing_image_naming_the_fix(deploy, tmp_path):
     path, _, runs, _ = deploy
-    _ok(runs, "build")
+    succeeded(runs, "build")
     result = playbook(path, "deploy.yml", "-e", "sglang_rvv_model=no-such-model", "-e", "sglang_rvv_model_dir=")
     assert result.returncode == 2
     assert "run build.yml first" in flat(result.stdout)

@@ -21,7 +21,7 @@ import tarfile
 import urllib.request
 
 import pytest
-from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap
+from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap, succeeded
 from image_support import free_port, lock_get, run
 
 TARGET = "emulated-riscv64-board"
@@ -87,21 +87,15 @@ def deploy(archive, tmp_path_factory):
             subprocess.run(["podman", "tag", image_id, name], capture_output=True)
 
 
-def _ok(runs, name):
-    assert name in runs, f"an earlier playbook failed: {list(runs)}"
-    assert runs[name].returncode == 0, runs[name].stdout[-4000:]
-    return runs[name]
-
-
 def test_build_loads_the_archive_instead_of_building(archive, deploy):
     path, name, image_id = archive
     _, _, runs, work = deploy
-    out = flat(_ok(runs, "build").stdout)
+    out = flat(succeeded(runs, "build").stdout)
     assert f"{name} ({image_id[:12]}, commit {_commit()[:12]}) loaded from {path} on {TARGET}" in out
     assert "Start make image" not in out
     assert _image_id(name) == image_id
     assert not list((work / "image-archives").iterdir()), "the target's copy of the archive is left behind"
-    again = _ok(runs, "build again")
+    again = succeeded(runs, "build again")
     assert f"{name} ({image_id[:12]}, commit {_commit()[:12]}) already on {TARGET}" in flat(again.stdout)
     assert recap(again.stdout)[TARGET]["changed"] == 0, again.stdout[-4000:]
 
@@ -109,7 +103,7 @@ def test_build_loads_the_archive_instead_of_building(archive, deploy):
 def test_the_riscv64_appliance_serves_under_qemu(archive, deploy):
     _, name, image_id = archive
     _, port, runs, _ = deploy
-    out = flat(_ok(runs, "deploy").stdout)
+    out = flat(succeeded(runs, "deploy").stdout)
     assert f"{name} serves on 127.0.0.1:{port} (compose)" in out and "returned 4 tokens" in out
     listed = subprocess.run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}"],
                             capture_output=True, text=True, check=True).stdout.split()
@@ -125,12 +119,12 @@ def test_the_riscv64_appliance_serves_under_qemu(archive, deploy):
 
 def test_a_second_deploy_changes_nothing(deploy):
     _, _, runs, _ = deploy
-    assert recap(_ok(runs, "deploy again").stdout)[TARGET]["changed"] == 0
+    assert recap(succeeded(runs, "deploy again").stdout)[TARGET]["changed"] == 0
 
 
 def test_host_checks_pass_for_the_riscv64_service(deploy):
     hosts, _, runs, _ = deploy
-    _ok(runs, "deploy")
+    succeeded(runs, "deploy")
     result = host_checks(hosts)
     assert result.returncode == 0, result.stdout[-4000:]
     assert "5 passed" in result.stdout
@@ -156,7 +150,7 @@ def _fake_archive(path, tag: str, arch: str, revision: str) -> str:
 def test_a_wrong_archive_is_refused_before_it_is_copied(archive, deploy, tmp_path, case):
     _, name, image_id = archive
     hosts, _, runs, work = deploy
-    _ok(runs, "build")
+    succeeded(runs, "build")
     amd64 = name.replace("-riscv64", "-amd64")
     path = {"none": str(tmp_path / "missing.tar"),
             "another commit": _fake_archive(tmp_path / "old.tar", name, "riscv64", "0" * 40),
