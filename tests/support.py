@@ -48,12 +48,13 @@ def packed_keys(policy) -> set[tuple[str, int, int, int, str, int]]:
     return keys
 
 
-def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS) -> list[tuple[int, float, dict[int, float]]]:
+def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS,
+                    timeout: float = 120.0) -> list[tuple[int, float, dict[int, float]]]:
     """Greedy tokens from SGLang's /generate, with their logprob and the top-5 alternatives per step."""
     reply = server.post("/generate", {
         "text": prompt, "return_logprob": True, "top_logprobs_num": 5,
         "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
-    })
+    }, timeout=timeout)
     meta = reply["meta_info"]
     steps = []
     for (logprob, token, _), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True):
