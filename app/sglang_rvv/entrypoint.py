@@ -22,6 +22,11 @@ prewarmed cache directory], ``SGLANG_RVV_WARMUP`` [1: compile every shape key
 and measure the route table at load (with a warm cache this only loads artifacts);
 0: compile at first use, every bucket packed], ``SGLANG_RVV_POLICY`` [on; off serves
 without --enable-cpu-rvv-inductor, the baseline for an A/B run],
+``SGLANG_RVV_SERVER_WARMUP`` [1: SGLang's own 8-token warm-up request before it reports ready;
+0: --skip-server-warmup, the first request pays instead (compose.sh sets 0 for an arch emulated
+by qemu-user, where those 8 tokens took minutes)], ``SGLANG_RVV_HEALTH_TIMEOUT`` [5: the
+container healthcheck's limit in seconds; SGLang's own wait inside /health,
+``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s), is raised to match a longer one],
 ``SGLANG_RVV_WEIGHT_DTYPE`` [bf16; int8 or int4 quantize the packed weights at load:
 --cpu-rvv-weight-dtype], ``SGLANG_RVV_GROUP_SIZE`` [the layout's default:
 --cpu-rvv-group-size], ``SGLANG_RVV_LM_HEAD_DTYPE`` [the policy's rule:
@@ -161,6 +166,22 @@ def _policy_args(policy: str, warmup: str, config) -> list[str]:
     return ["--enable-cpu-rvv-inductor", *layout_flags(config)] + ([] if warmup == "1" else ["--no-cpu-rvv-warmup"])
 
 
+def _server_args(warmup: str) -> list[str]:
+    if warmup not in ("1", "0"):
+        raise Refusal(f"SGLANG_RVV_SERVER_WARMUP={warmup!r} must be 1 (SGLang's warm-up request, the default) or 0")
+    return [] if warmup == "1" else ["--skip-server-warmup"]
+
+
+def _health_timeout(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if seconds <= 0:
+        raise Refusal(f"SGLANG_RVV_HEALTH_TIMEOUT={text!r} must be a positive number of seconds")
+    return seconds
+
+
 def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     """What to exec, with which environment; raises Refusal. Seeds the Inductor cache as a side effect."""
     env = dict(environ)
@@ -190,6 +211,14 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
              ] if stack_env or stack_args else []
     config = policy_config(env)
     policy_args = _policy_args(env.get("SGLANG_RVV_POLICY", "on"), env.get("SGLANG_RVV_WARMUP", "1"), config)
+    server_args = _server_args(env.get("SGLANG_RVV_SERVER_WARMUP", "1"))
+    # SGLang's /health generates one token and gives up after SGLANG_HEALTH_CHECK_TIMEOUT (20 s):
+    # a healthcheck allowed longer (an emulated arch's 60 s, where a token can take 20 s and
+    # more) would otherwise see 503 from a server that is only slow. A second less, so SGLang
+    # answers before the check's own limit.
+    health = _health_timeout(env.get("SGLANG_RVV_HEALTH_TIMEOUT", "5"))
+    if health - 1 > 20:
+        env.setdefault("SGLANG_HEALTH_CHECK_TIMEOUT", str(int(health - 1)))
     warm_dir = Path(env.get("SGLANG_RVV_WARM_CACHE", WARM_CACHE))
     state = inductor_cache.check(warm_dir, model_dir, inductor_cache.layout_of(config))
     if state.warm:
@@ -209,7 +238,7 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
     command = [
         sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir), *served,
         "--host", env.get("SGLANG_RVV_HOST", "0.0.0.0"), "--port", str(port),
-        *cpu_server_args(max_total_tokens), *stack_args, "--enable-metrics", *policy_args, *argv,
+        *cpu_server_args(max_total_tokens), *stack_args, "--enable-metrics", *policy_args, *server_args, *argv,
     ]
     return Plan(command, env, notes)
 

@@ -98,8 +98,11 @@ start_appliances() {
     export SGLANG_RVV_WARMUP="${SGLANG_RVV_WARMUP:-0}"
     # /health generates one token: seconds under qemu, more on a busy host.
     export SGLANG_RVV_HEALTH_TIMEOUT="${SGLANG_RVV_HEALTH_TIMEOUT:-60}"
+    # SGLang's own 8-token warm-up request: minutes under qemu, and the first request does the same.
+    export SGLANG_RVV_SERVER_WARMUP="${SGLANG_RVV_SERVER_WARMUP:-0}"
     timeout="${SGLANG_RVV_UP_TIMEOUT:-1800}"
-    log "${arch} under qemu-user (QEMU_CPU=${SGLANG_RVV_QEMU_CPU}, SGLANG_RVV_WARMUP=${SGLANG_RVV_WARMUP}): the first start takes minutes"
+    log "${arch} under qemu-user (QEMU_CPU=${SGLANG_RVV_QEMU_CPU}, SGLANG_RVV_WARMUP=${SGLANG_RVV_WARMUP}," \
+      "SGLANG_RVV_SERVER_WARMUP=${SGLANG_RVV_SERVER_WARMUP}): the first start takes minutes"
   fi
   if ((replicas == 1)); then
     compose "${PROJECT}" compose.yaml -- up -d >&2

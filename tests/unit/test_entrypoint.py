@@ -57,6 +57,18 @@ def test_serve_plan_without_a_warm_cache_is_cold_and_warms_up_at_load(environ, m
     assert any("(LlamaForCausalLM)" in note for note in result.notes)
 
 
+def test_sglangs_warm_up_and_health_wait_follow_the_containers_settings(environ):
+    default = plan([], environ)
+    assert "--skip-server-warmup" not in default.command
+    assert "SGLANG_HEALTH_CHECK_TIMEOUT" not in default.env  # SGLang's 20 s is within a 5 s healthcheck's
+    emulated = plan([], {**environ, "SGLANG_RVV_SERVER_WARMUP": "0", "SGLANG_RVV_HEALTH_TIMEOUT": "60"})
+    assert "--skip-server-warmup" in emulated.command
+    assert emulated.env["SGLANG_HEALTH_CHECK_TIMEOUT"] == "59"
+    # A caller's own SGLang setting wins.
+    own = plan([], {**environ, "SGLANG_RVV_HEALTH_TIMEOUT": "60", "SGLANG_HEALTH_CHECK_TIMEOUT": "30"})
+    assert own.env["SGLANG_HEALTH_CHECK_TIMEOUT"] == "30"
+
+
 def test_policy_off_serves_without_the_flag(environ):
     command = plan([], {**environ, "SGLANG_RVV_POLICY": "off", "SGLANG_RVV_WARMUP": "0"}).command
     assert not any(arg.startswith(("--enable-cpu-rvv", "--no-cpu-rvv")) for arg in command), command
@@ -119,6 +131,8 @@ def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_d
         (lambda env, model: env.update(SGLANG_RVV_MAX_TOTAL_TOKENS="0"), "positive number"),
         (lambda env, model: env.update(SGLANG_RVV_WARMUP="yes"), "SGLANG_RVV_WARMUP='yes' must be 1"),
         (lambda env, model: env.update(SGLANG_RVV_POLICY="1"), "SGLANG_RVV_POLICY='1' must be on"),
+        (lambda env, model: env.update(SGLANG_RVV_SERVER_WARMUP="no"), "SGLANG_RVV_SERVER_WARMUP='no' must be 1"),
+        (lambda env, model: env.update(SGLANG_RVV_HEALTH_TIMEOUT="soon"), "SGLANG_RVV_HEALTH_TIMEOUT='soon' must be"),
         (lambda env, model: env.update(OMP_NUM_THREADS="all"), "positive thread count"),
         (lambda env, model: env.update(SGLANG_RVV_WEIGHT_DTYPE="fp8"),
          "SGLANG_RVV_WEIGHT_DTYPE='fp8' must be one of bf16, int8, int4"),
