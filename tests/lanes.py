@@ -27,7 +27,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SECOND = ("tests/ansible/test_emulated_board.py", "tests/images/test_board_model.py", "tests/images/test_riscv64.py",
-          "tests/ansible/test_deploy_riscv64.py", "tests/images/test_rvv_kernels.py", "tests/images/test_gateway_arm64.py")
+          "tests/ansible/test_deploy_riscv64.py", "tests/images/test_rvv_kernels.py",
+          "tests/images/test_gateway_arm64.py")
 LOG = REPO / ".cache" / "test-lanes" / "second.log"
 
 
