@@ -185,13 +185,14 @@ def _fake_archive(path, tag: str, arch: str, revision: str) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("case", ["none", "another commit", "another arch"])
+@pytest.mark.parametrize("case", ["none", "not an archive", "another commit", "another arch"])
 def test_a_wrong_archive_is_refused_before_it_is_copied(archive, deploy, tmp_path, case):
     _, name, image_id = archive
     hosts, _, runs, work = deploy
     succeeded(runs, "build")
     amd64 = name.replace("-riscv64", "-amd64")
-    path = {"none": str(tmp_path / "missing.tar"),
+    (tmp_path / "notes.tar").write_text("not a tar file\n")
+    path = {"none": str(tmp_path / "missing.tar"), "not an archive": str(tmp_path / "notes.tar"),
             "another commit": _fake_archive(tmp_path / "old.tar", name, "riscv64", "0" * 40),
             "another arch": _fake_archive(tmp_path / "amd64.tar", amd64, "amd64", _commit())}[case]
     result = playbook(hosts, "build.yml", "-e", f"sglang_rvv_build_image_archive={path}")
@@ -199,6 +200,7 @@ def test_a_wrong_archive_is_refused_before_it_is_copied(archive, deploy, tmp_pat
     out = flat(result.stdout)
     expected = {
         "none": f"{path} is not a file on the controller: make it with `make image-archive ARCH=riscv64",
+        "not an archive": f"{path} is not a `podman save` archive (docker-archive: no manifest.json; tar says",
         "another commit": f"holds {name} (riscv64, built from commit 000000000000), but this run ships {name} "
                           f"(riscv64) of commit {_commit()[:12]}: run `make image-archive ARCH=riscv64 CACHE=cold` "
                           "at that commit",
