@@ -48,9 +48,10 @@ def packed_keys(policy) -> set[tuple[str, int, int, int, str, int]]:
     return keys
 
 
-def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS,
-                    timeout: float = 120.0) -> list[tuple[int, float, dict[int, float]]]:
-    """Greedy tokens from SGLang's /generate, with their logprob and the top-5 alternatives per step."""
+def generate_greedy_text(server, prompt: str, max_new: int = GREEDY_TOKENS,
+                         timeout: float = 120.0) -> tuple[str, list[tuple[int, float, dict[int, float]]]]:
+    """Greedy text from SGLang's /generate, and its tokens with their logprob and the top-5
+    alternatives per step."""
     reply = server.post("/generate", {
         "text": prompt, "return_logprob": True, "top_logprobs_num": 5,
         "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
@@ -59,7 +60,12 @@ def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS,
     steps = []
     for (logprob, token, _), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True):
         steps.append((token, logprob, {t: lp for lp, t, _ in top}))
-    return steps
+    return reply["text"], steps
+
+
+def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS) -> list[tuple[int, float, dict[int, float]]]:
+    """generate_greedy_text's tokens alone."""
+    return generate_greedy_text(server, prompt, max_new)[1]
 
 
 def assert_layout_floors(results: list, floors: dict[str, tuple[float, float, float]]) -> None:
