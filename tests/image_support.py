@@ -78,6 +78,18 @@ def user_checkpoint(directory: Path, seed: int) -> Path:
     return directory
 
 
+def image_id(image: str) -> str:
+    """A local image's id; fails (CalledProcessError) when podman has no such image."""
+    return subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def head_commit() -> str:
+    """The commit this checkout's HEAD is."""
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def free_port() -> int:
     from sglang_rvv.launch.process import free_port as _free_port
 

@@ -64,3 +64,11 @@ def host_checks(inventory_path: Path, timeout: float = 1800, group: str = "bpi_f
     print(f"$ pytest tests/infra: exit {result.returncode} in {time.monotonic() - began:.0f} s")
     print(result.stdout[-4000:])
     return result
+
+
+def host_checks_pass(inventory_path: Path, passed: int, group: str = "bpi_f3") -> str:
+    """host_checks, asserted to pass with exactly PASSED checks run; their output."""
+    result = host_checks(inventory_path, group=group)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert f"{passed} passed" in result.stdout
+    return result.stdout

@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 import yaml
-from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap, succeeded
-from image_support import free_port, user_checkpoint
+from ansible_support import BIN, REPO, flat, host_checks_pass, inventory, playbook, recap, succeeded
+from image_support import free_port, head_commit, user_checkpoint
 
 from sglang_rvv.bench.results import load_run
 
@@ -60,7 +60,7 @@ def deploy(tmp_path_factory):
 def test_build_ships_the_commit_and_builds_the_images(deploy):
     _, _, runs, work = deploy
     succeeded(runs, "build")
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     current = work / "src" / "current"
     assert current.resolve() == work / "src" / commit
     assert (current / "images" / "lock.toml").read_bytes() == (REPO / "images" / "lock.toml").read_bytes()
@@ -101,9 +101,7 @@ def test_a_second_deploy_changes_nothing(deploy):
 def test_host_checks_pass_for_the_service(deploy):
     path, _, runs, _ = deploy
     succeeded(runs, "deploy")
-    result = host_checks(path)
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert "5 passed" in result.stdout
+    host_checks_pass(path, 5)
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +143,7 @@ def test_the_gateway_routes_to_the_serving_board_and_leaves_out_the_silent_one(g
 def test_host_checks_pass_for_the_gateway(gateway):
     fleet, _, runs, _ = gateway
     succeeded(runs, "gateway")
-    result = host_checks(fleet, group="gateway")
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert "3 passed" in result.stdout
+    host_checks_pass(fleet, 3, group="gateway")
 
 
 def test_reproduce_measures_one_board_then_the_gateway(gateway, tmp_path):

@@ -24,8 +24,8 @@ import time
 import urllib.request
 
 import pytest
-from ansible_support import BIN, REPO, flat, host_checks, inventory, playbook, recap, succeeded
-from image_support import HOST_ARCH, Container, free_port, lock_get, run
+from ansible_support import BIN, REPO, flat, host_checks_pass, inventory, playbook, recap, succeeded
+from image_support import HOST_ARCH, Container, free_port, head_commit, image_id, lock_get, run
 
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.launch.process import SGLangServer
@@ -42,32 +42,21 @@ CAPITAL_PROMPT, CAPITAL_TOKENS = "The capital of France is", 8
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 
 
-def _image_id(name: str) -> str:
-    inspect = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", name],
-                             capture_output=True, text=True)
-    return inspect.stdout.strip() if inspect.returncode == 0 else ""
-
-
-def _commit() -> str:
-    return subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory):
-    """`make image-archive ARCH=riscv64 CACHE=cold` (the default model): (archive, image name, image id)."""
+    """`make image-archive ARCH=riscv64 CACHE=cold` (the default model): (archive, image name, its id)."""
     if os.geteuid() != 0:
         pytest.fail("deploying needs root and rootful podman: run images/scripts/podman-setup.sh")
     made = run(["make", "image-archive", "ARCH=riscv64", "CACHE=cold"], timeout=3600,
                log=tmp_path_factory.mktemp("logs") / "make-image-archive-riscv64.log")
     path = made.stdout.strip().splitlines()[-1]
     name = f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-riscv64"
-    return path, name, _image_id(name)
+    return path, name, image_id(name)
 
 
 @pytest.fixture(scope="module")
 def deploy(archive, tmp_path_factory):
-    path, name, image_id = archive
+    path, name, archived = archive
     work = tmp_path_factory.mktemp("deploy-riscv64")
     port = free_port()
     variables = {
@@ -95,25 +84,26 @@ def deploy(archive, tmp_path_factory):
     finally:
         subprocess.run([REPO / "images/scripts/compose.sh", "down"], capture_output=True, timeout=300,
                        env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose"), "SGLANG_RVV_PROJECT": PROJECT})
-        if not _image_id(name):  # a failed load: the other tests of this lane want the image
-            subprocess.run(["podman", "tag", image_id, name], capture_output=True)
+        if subprocess.run(["podman", "image", "exists", name]).returncode != 0:
+            # a failed load: the other tests of this lane want the image
+            subprocess.run(["podman", "tag", archived, name], capture_output=True)
 
 
 def test_build_loads_the_archive_instead_of_building(archive, deploy):
-    path, name, image_id = archive
+    path, name, archived = archive
     _, _, runs, work = deploy
     out = flat(succeeded(runs, "build").stdout)
-    assert f"{name} ({image_id[:12]}, commit {_commit()[:12]}) loaded from {path} on {TARGET}" in out
+    assert f"{name} ({archived[:12]}, commit {head_commit()[:12]}) loaded from {path} on {TARGET}" in out
     assert "Start make image" not in out
-    assert _image_id(name) == image_id
+    assert image_id(name) == archived
     assert not list((work / "image-archives").iterdir()), "the target's copy of the archive is left behind"
     again = succeeded(runs, "build again")
-    assert f"{name} ({image_id[:12]}, commit {_commit()[:12]}) already on {TARGET}" in flat(again.stdout)
+    assert f"{name} ({archived[:12]}, commit {head_commit()[:12]}) already on {TARGET}" in flat(again.stdout)
     assert recap(again.stdout)[TARGET]["changed"] == 0, again.stdout[-4000:]
 
 
 def test_the_riscv64_appliance_serves_under_qemu(archive, deploy):
-    _, name, image_id = archive
+    _, name, archived = archive
     _, port, runs, _ = deploy
     out = flat(succeeded(runs, "deploy").stdout)
     assert f"{name} serves on 127.0.0.1:{port} (compose)" in out and "returned 4 tokens" in out
@@ -122,7 +112,7 @@ def test_the_riscv64_appliance_serves_under_qemu(archive, deploy):
     assert len(listed) == 1, listed
     (container,) = json.loads(subprocess.run(["podman", "inspect", listed[0]], capture_output=True, text=True,
                                              check=True).stdout)
-    assert container["Image"] == image_id
+    assert container["Image"] == archived
     config = container["Config"]
     assert f"QEMU_CPU={lock_get('arch.riscv64.qemu_cpu')}" in config["Env"]  # the K1's vector unit
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as response:
@@ -163,9 +153,7 @@ def test_a_second_deploy_changes_nothing(deploy):
 def test_host_checks_pass_for_the_riscv64_service(deploy):
     hosts, _, runs, _ = deploy
     succeeded(runs, "deploy")
-    result = host_checks(hosts)
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert "5 passed" in result.stdout
+    host_checks_pass(hosts, 5)
 
 
 def _fake_archive(path, tag: str, arch: str, revision: str) -> str:
@@ -186,14 +174,14 @@ def _fake_archive(path, tag: str, arch: str, revision: str) -> str:
 
 @pytest.mark.parametrize("case", ["none", "not an archive", "another commit", "another arch"])
 def test_a_wrong_archive_is_refused_before_it_is_copied(archive, deploy, tmp_path, case):
-    _, name, image_id = archive
+    _, name, archived = archive
     hosts, _, runs, work = deploy
     succeeded(runs, "build")
     amd64 = name.replace("-riscv64", "-amd64")
     (tmp_path / "notes.tar").write_text("not a tar file\n")
     path = {"none": str(tmp_path / "missing.tar"), "not an archive": str(tmp_path / "notes.tar"),
             "another commit": _fake_archive(tmp_path / "old.tar", name, "riscv64", "0" * 40),
-            "another arch": _fake_archive(tmp_path / "amd64.tar", amd64, "amd64", _commit())}[case]
+            "another arch": _fake_archive(tmp_path / "amd64.tar", amd64, "amd64", head_commit())}[case]
     result = playbook(hosts, "build.yml", "-e", f"sglang_rvv_build_image_archive={path}")
     assert result.returncode == 2, result.stdout[-4000:]
     out = flat(result.stdout)
@@ -201,10 +189,10 @@ def test_a_wrong_archive_is_refused_before_it_is_copied(archive, deploy, tmp_pat
         "none": f"{path} is not a file on the controller: make it with `make image-archive ARCH=riscv64",
         "not an archive": f"{path} is not a `podman save` archive (docker-archive: no manifest.json; tar says",
         "another commit": f"holds {name} (riscv64, built from commit 000000000000), but this run ships {name} "
-                          f"(riscv64) of commit {_commit()[:12]}: run `make image-archive ARCH=riscv64 CACHE=cold` "
+                          f"(riscv64) of commit {head_commit()[:12]}: run `make image-archive ARCH=riscv64 CACHE=cold` "
                           "at that commit",
-        "another arch": f"holds {amd64} (amd64, built from commit {_commit()[:12]}), but this run ships {name}",
+        "another arch": f"holds {amd64} (amd64, built from commit {head_commit()[:12]}), but this run ships {name}",
     }[case]
     assert expected in out
-    assert "Copy the archive" not in out and _image_id(name) == image_id
+    assert "Copy the archive" not in out and image_id(name) == archived
     assert not list((work / "image-archives").iterdir())

@@ -16,7 +16,19 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from image_support import HOST_ARCH, LOCK_PY, REPO, Container, completion, compose_container, free_port, lock_get, run
+from image_support import (
+    HOST_ARCH,
+    LOCK_PY,
+    REPO,
+    Container,
+    completion,
+    compose_container,
+    free_port,
+    head_commit,
+    image_id,
+    lock_get,
+    run,
+)
 
 CACHE_VOLUME = "/var/cache/sglang-rvv/inductor"
 MANIFEST_IN_IMAGE = "/usr/share/sglang-rvv/inductor-warm/sglang_rvv_cache_manifest.json"
@@ -31,8 +43,7 @@ def _in_image(image: str, *command: str) -> str:
 
 def _checkout_revision() -> str:
     """The commit this checkout is, "-dirty" when its work tree differs (as the build labels it)."""
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    head = head_commit()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], check=True, capture_output=True,
                            text=True).stdout.strip()
     return head + ("-dirty" if dirty else "")
@@ -187,11 +198,6 @@ def _content(image: str) -> dict:
     return json.loads(out)
 
 
-def _image_id(image: str) -> str:
-    return subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
-                          check=True, capture_output=True, text=True).stdout.strip()
-
-
 def _tree(root: Path) -> dict[str, tuple]:
     """path -> (kind, mode, uid, gid, size, sha256 or link target) for every entry under root."""
     entries = {}
@@ -230,7 +236,7 @@ def _image_differences(old: str, new: str, limit: int = 15) -> list[str]:
 def test_rebuilding_from_scratch_reproduces_the_contents_and_the_image_ids(amd64_images, build_logs):
     image = amd64_images["model"]
     base = f"localhost/sglang-rvv-base:{lock_get(f'arch.{HOST_ARCH}.debian_suite')}-{HOST_ARCH}"
-    before, before_id, base_before = _content(image), _image_id(image), _image_id(base)
+    before, before_id, base_before = _content(image), image_id(image), image_id(base)
     assert before["model"] and before["python_dists"] and before["debian_packages"]
     kept = "localhost/sglang-rvv-test:before-rebuild"  # so the old image can still be compared
     subprocess.run(["podman", "tag", image, kept], check=True)
@@ -240,7 +246,7 @@ def test_rebuilding_from_scratch_reproduces_the_contents_and_the_image_ids(amd64
             log=build_logs / "rebuild-runtime.log")
         run(["images/scripts/build-model.sh", "--force", HOST_ARCH, "tiny-llama"], timeout=900,
             log=build_logs / "rebuild-model.log")
-        after, after_id, base_after = _content(image), _image_id(image), _image_id(base)
+        after, after_id, base_after = _content(image), image_id(image), image_id(base)
         for section in ("debian_packages", "python_dists", "model"):
             differ = {k for k in before[section].keys() | after[section].keys()
                       if before[section].get(k) != after[section].get(k)}
