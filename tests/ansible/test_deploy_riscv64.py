@@ -47,7 +47,8 @@ def archive(tmp_path_factory):
     """`make image-archive ARCH=riscv64 CACHE=cold` (the default model): (archive, image name, its id)."""
     if os.geteuid() != 0:
         pytest.fail("deploying needs root and rootful podman: run images/scripts/podman-setup.sh")
-    made = run(["make", "image-archive", "ARCH=riscv64", "CACHE=cold"], timeout=3600,
+    # make inside `make test` prints "make[1]: Leaving directory ..." last unless told not to.
+    made = run(["make", "--no-print-directory", "image-archive", "ARCH=riscv64", "CACHE=cold"], timeout=3600,
                log=tmp_path_factory.mktemp("logs") / "make-image-archive-riscv64.log")
     path = made.stdout.strip().splitlines()[-1]
     name = f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-riscv64"
