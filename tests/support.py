@@ -10,7 +10,7 @@ import torch
 from sglang_rvv.smoke.comparison import MIN_SQNR_DB, sqnr_db
 
 __all__ = ["MIN_SQNR_DB", "PROMPTS", "assert_bf16_close", "assert_layout_floors", "assert_same_greedy",
-           "generate_greedy", "rss_bytes", "assert_whole_weights", "same_greedy", "sqnr_db"]
+           "chat_greedy_text", "generate_greedy", "rss_bytes", "assert_whole_weights", "same_greedy", "sqnr_db"]
 
 GREEDY_TOKENS = 8
 # The greedy prompts the flag-on vs flag-off comparisons use.
@@ -61,6 +61,21 @@ def generate_greedy_text(server, prompt: str, max_new: int = GREEDY_TOKENS,
     for (logprob, token, _), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True):
         steps.append((token, logprob, {t: lp for lp, t, _ in top}))
     return reply["text"], steps
+
+
+def chat_greedy_text(server, question: str, max_tokens: int,
+                     timeout: float = 120.0) -> tuple[str, list[tuple[str, float, dict[str, float]]]]:
+    """The greedy chat answer to ``question`` from ``/v1/chat/completions`` (the model's own chat
+    template), and its tokens with their logprob and the top-5 alternatives per step, as
+    generate_greedy_text's steps but with the token's text for its id (the API gives no ids)."""
+    reply = server.post("/v1/chat/completions", {
+        "model": server.model_path, "messages": [{"role": "user", "content": question}],
+        "max_tokens": max_tokens, "temperature": 0, "logprobs": True, "top_logprobs": 5,
+    }, timeout=timeout)
+    (choice,) = reply["choices"]
+    steps = [(step["token"], step["logprob"], {top["token"]: top["logprob"] for top in step["top_logprobs"]})
+             for step in choice["logprobs"]["content"]]
+    return choice["message"]["content"], steps
 
 
 def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS) -> list[tuple[int, float, dict[int, float]]]:

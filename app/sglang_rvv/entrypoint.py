@@ -27,6 +27,9 @@ without --enable-cpu-rvv-inductor, the baseline for an A/B run],
 by qemu-user, where those 8 tokens took minutes)], ``SGLANG_RVV_HEALTH_TIMEOUT`` [5: the
 container healthcheck's limit in seconds; SGLang's own wait inside /health,
 ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s), is raised to match a longer one],
+``SGLANG_RVV_WATCHDOG_TIMEOUT`` [empty: SGLang's 300 s; seconds one forward step may take before
+SGLang kills the server: --watchdog-timeout (compose.sh gives an emulated arch 1800 s, where a
+chat prompt's prefill took longer than 300 s)],
 ``SGLANG_RVV_WEIGHT_DTYPE`` [bf16; int8 or int4 quantize the packed weights at load:
 --cpu-rvv-weight-dtype], ``SGLANG_RVV_GROUP_SIZE`` [the layout's default:
 --cpu-rvv-group-size], ``SGLANG_RVV_LM_HEAD_DTYPE`` [the policy's rule:
@@ -166,10 +169,16 @@ def _policy_args(policy: str, warmup: str, config) -> list[str]:
     return ["--enable-cpu-rvv-inductor", *layout_flags(config)] + ([] if warmup == "1" else ["--no-cpu-rvv-warmup"])
 
 
-def _server_args(warmup: str) -> list[str]:
+def _server_args(warmup: str, watchdog: str) -> list[str]:
     if warmup not in ("1", "0"):
         raise Refusal(f"SGLANG_RVV_SERVER_WARMUP={warmup!r} must be 1 (SGLang's warm-up request, the default) or 0")
-    return [] if warmup == "1" else ["--skip-server-warmup"]
+    args = [] if warmup == "1" else ["--skip-server-warmup"]
+    if watchdog:
+        if not watchdog.isdigit() or int(watchdog) <= 0:
+            raise Refusal(f"SGLANG_RVV_WATCHDOG_TIMEOUT={watchdog!r} must be a positive whole number of seconds "
+                          "(or empty: SGLang's own 300 s)")
+        args += ["--watchdog-timeout", watchdog]
+    return args
 
 
 def _health_timeout(text: str) -> float:
@@ -211,7 +220,7 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan:
              ] if stack_env or stack_args else []
     config = policy_config(env)
     policy_args = _policy_args(env.get("SGLANG_RVV_POLICY", "on"), env.get("SGLANG_RVV_WARMUP", "1"), config)
-    server_args = _server_args(env.get("SGLANG_RVV_SERVER_WARMUP", "1"))
+    server_args = _server_args(env.get("SGLANG_RVV_SERVER_WARMUP", "1"), env.get("SGLANG_RVV_WATCHDOG_TIMEOUT", ""))
     # SGLang's /health generates one token and gives up after SGLANG_HEALTH_CHECK_TIMEOUT (20 s):
     # a healthcheck allowed longer (an emulated arch's 60 s, where a token can take 20 s and
     # more) would otherwise see 503 from a server that is only slow. A second less, so SGLang

@@ -100,6 +100,8 @@ start_appliances() {
     export SGLANG_RVV_HEALTH_TIMEOUT="${SGLANG_RVV_HEALTH_TIMEOUT:-60}"
     # SGLang's own 8-token warm-up request: minutes under qemu, and the first request does the same.
     export SGLANG_RVV_SERVER_WARMUP="${SGLANG_RVV_SERVER_WARMUP:-0}"
+    # SGLang kills a server whose forward step takes over 300 s: a chat prompt's prefill did under qemu.
+    export SGLANG_RVV_WATCHDOG_TIMEOUT="${SGLANG_RVV_WATCHDOG_TIMEOUT:-1800}"
     timeout="${SGLANG_RVV_UP_TIMEOUT:-1800}"
     log "${arch} under qemu-user (QEMU_CPU=${SGLANG_RVV_QEMU_CPU}, SGLANG_RVV_WARMUP=${SGLANG_RVV_WARMUP}," \
       "SGLANG_RVV_SERVER_WARMUP=${SGLANG_RVV_SERVER_WARMUP}): the first start takes minutes"

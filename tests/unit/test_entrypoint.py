@@ -60,9 +60,12 @@ def test_serve_plan_without_a_warm_cache_is_cold_and_warms_up_at_load(environ, m
 def test_sglangs_warm_up_and_health_wait_follow_the_containers_settings(environ):
     default = plan([], environ)
     assert "--skip-server-warmup" not in default.command
+    assert "--watchdog-timeout" not in default.command  # SGLang's own 300 s
     assert "SGLANG_HEALTH_CHECK_TIMEOUT" not in default.env  # SGLang's 20 s is within a 5 s healthcheck's
-    emulated = plan([], {**environ, "SGLANG_RVV_SERVER_WARMUP": "0", "SGLANG_RVV_HEALTH_TIMEOUT": "60"})
+    emulated = plan([], {**environ, "SGLANG_RVV_SERVER_WARMUP": "0", "SGLANG_RVV_HEALTH_TIMEOUT": "60",
+                         "SGLANG_RVV_WATCHDOG_TIMEOUT": "1800"})
     assert "--skip-server-warmup" in emulated.command
+    assert emulated.command[emulated.command.index("--watchdog-timeout") + 1] == "1800"
     assert emulated.env["SGLANG_HEALTH_CHECK_TIMEOUT"] == "59"
     # A caller's own SGLang setting wins.
     own = plan([], {**environ, "SGLANG_RVV_HEALTH_TIMEOUT": "60", "SGLANG_HEALTH_CHECK_TIMEOUT": "30"})
@@ -133,6 +136,8 @@ def test_an_unreadable_manifest_is_rejected_not_fatal(tmp_path, environ, model_d
         (lambda env, model: env.update(SGLANG_RVV_POLICY="1"), "SGLANG_RVV_POLICY='1' must be on"),
         (lambda env, model: env.update(SGLANG_RVV_SERVER_WARMUP="no"), "SGLANG_RVV_SERVER_WARMUP='no' must be 1"),
         (lambda env, model: env.update(SGLANG_RVV_HEALTH_TIMEOUT="soon"), "SGLANG_RVV_HEALTH_TIMEOUT='soon' must be"),
+        (lambda env, model: env.update(SGLANG_RVV_WATCHDOG_TIMEOUT="-1"),
+         "SGLANG_RVV_WATCHDOG_TIMEOUT='-1' must be a positive whole number"),
         (lambda env, model: env.update(OMP_NUM_THREADS="all"), "positive thread count"),
         (lambda env, model: env.update(SGLANG_RVV_WEIGHT_DTYPE="fp8"),
          "SGLANG_RVV_WEIGHT_DTYPE='fp8' must be one of bf16, int8, int4"),
