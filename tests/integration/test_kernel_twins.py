@@ -397,18 +397,22 @@ def test_an_entry_library_that_is_not_there_leaves_the_op_call_with_one_warning(
 def native_routes(native, monkeypatch):
     """The rvv provider over the host twins (the ISA probe would refuse them here), so a policy's
     routes get the entry's C __call__ as on the board; the classes get their Python call back after."""
-    from sglang_rvv import adapters, kernels, routing
+    from sglang_rvv import adapters, bodies, kernels, routing
     from sglang_rvv.kernels import rvv
 
+    # Everything the process keeps of its one chosen provider; a stale eager body (another test
+    # in the process chose generic first) gave the planning call generic's bits and the memoised
+    # C call the twins', one logit apart.
+    derived = (kernels.chosen, routing.accelerated, bodies.eager_body, bodies.eager_call)
     monkeypatch.setenv(rvv.LIB_ENV, str(host_kernels.build()))
     monkeypatch.setattr(kernels, "choose_provider", lambda forced=None: (rvv, "the host twins, for this test"))
     monkeypatch.setattr(routing.ModuleRoute, "__call__", routing.ModuleRoute.call)
-    for cache in (kernels.chosen, routing.accelerated):
+    for cache in derived:
         cache.cache_clear()
     yield routing
     if "__call__" in adapters.RoutedLinear.__dict__:
         del adapters.RoutedLinear.__call__
-    for cache in (kernels.chosen, routing.accelerated):
+    for cache in derived:
         cache.cache_clear()
 
 
