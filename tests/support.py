@@ -48,10 +48,9 @@ def packed_keys(policy) -> set[tuple[str, int, int, int, str, int]]:
     return keys
 
 
-def generate_greedy_text(server, prompt: str, max_new: int = GREEDY_TOKENS,
-                         timeout: float = 120.0) -> tuple[str, list[tuple[int, float, dict[int, float]]]]:
-    """Greedy text from SGLang's /generate, and its tokens with their logprob and the top-5
-    alternatives per step."""
+def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS,
+                    timeout: float = 120.0) -> list[tuple[int, float, dict[int, float]]]:
+    """Greedy tokens from SGLang's /generate, with their logprob and the top-5 alternatives per step."""
     reply = server.post("/generate", {
         "text": prompt, "return_logprob": True, "top_logprobs_num": 5,
         "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
@@ -60,14 +59,14 @@ def generate_greedy_text(server, prompt: str, max_new: int = GREEDY_TOKENS,
     steps = []
     for (logprob, token, _), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True):
         steps.append((token, logprob, {t: lp for lp, t, _ in top}))
-    return reply["text"], steps
+    return steps
 
 
 def chat_greedy_text(server, question: str, max_tokens: int,
                      timeout: float = 120.0) -> tuple[str, list[tuple[str, float, dict[str, float]]]]:
     """The greedy chat answer to ``question`` from ``/v1/chat/completions`` (the model's own chat
     template), and its tokens with their logprob and the top-5 alternatives per step, as
-    generate_greedy_text's steps but with the token's text for its id (the API gives no ids)."""
+    generate_greedy's steps but with the token's text for its id (the API gives no ids)."""
     reply = server.post("/v1/chat/completions", {
         "model": server.model_path, "messages": [{"role": "user", "content": question}],
         "max_tokens": max_tokens, "temperature": 0, "logprobs": True, "top_logprobs": 5,
@@ -76,11 +75,6 @@ def chat_greedy_text(server, question: str, max_tokens: int,
     steps = [(step["token"], step["logprob"], {top["token"]: top["logprob"] for top in step["top_logprobs"]})
              for step in choice["logprobs"]["content"]]
     return choice["message"]["content"], steps
-
-
-def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS) -> list[tuple[int, float, dict[int, float]]]:
-    """generate_greedy_text's tokens alone."""
-    return generate_greedy_text(server, prompt, max_new)[1]
 
 
 def assert_layout_floors(results: list, floors: dict[str, tuple[float, float, float]]) -> None:
