@@ -331,13 +331,12 @@ class ModuleRoute:
             fn, operands = context.compiled.get(key), (weight,) if key.mode == Mode.ROW_MAJOR else packed
         else:
             if route in MEMO_ROUTES and bucket is not None and not torch.is_grad_enabled():
-                self._memo(weight).calls[(input.shape, input.dtype, input.is_cpu)] = MemoCall(counter_key, None,
-                                                                                             bucket, rows, False, ())
+                self._memo(weight).remember(input, MemoCall(counter_key, None, bucket, rows, False, ()))
             return F.linear(input, weight, bias)
         if route in MEMO_ROUTES and not torch.is_grad_enabled():
             memo_call = (MemoCall(counter_key, fn, bucket, rows, direct, tail) if plan is None
                          else MemoCall(counter_key, entry_fn, bucket, rows, direct, (), plan))
-            self._memo(weight).calls[(input.shape, input.dtype, input.is_cpu)] = memo_call
+            self._memo(weight).remember(input, memo_call)
         if direct:
             out = fn(input, *operands, *tail)
         else:
@@ -420,7 +419,7 @@ class CallMemo:
     read; the next packed call still checks it before use.
     """
 
-    __slots__ = ("weight_ref", "source", "status", "layout", "config", "table", "calls")
+    __slots__ = ("weight_ref", "source", "status", "layout", "config", "table", "calls", "last")
 
     def __init__(self, route: ModuleRoute, weight: torch.Tensor):
         self.weight_ref = weakref.ref(weight)  # a replaced weight must not be kept alive
@@ -430,6 +429,14 @@ class CallMemo:
         self.config = route.context.config
         self.table = route.context.table
         self.calls: dict[tuple, MemoCall] = {}
+        # The native entry's (shape, MemoCall) of its last hit in ``calls``, which it checks
+        # against the input's sizes before it builds and hashes a key: a module sees the same
+        # shape call after call while it decodes. Any write to ``calls`` clears it.
+        self.last: tuple | None = None
+
+    def remember(self, input: torch.Tensor, call: MemoCall) -> None:
+        self.calls[(input.shape, input.dtype, input.is_cpu)] = call
+        self.last = None
 
     def holds(self, route: ModuleRoute, weight: torch.Tensor) -> bool:
         # ModuleRoute.call runs these same checks inline (its hot path), and so does its C twin

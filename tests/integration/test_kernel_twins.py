@@ -372,6 +372,64 @@ def test_the_native_entry_raises_the_ops_error_in_one_line_and_refuses_bad_argum
         direct_entry("int8", weight, ("packed",), N, K)  # int8 has two buffers
 
 
+def test_the_native_entry_leaves_a_dispatch_mode_and_the_profiler_the_dispatchers_full_call(native, direct_entry):
+    """The entry sends a plain call straight to the op's CPU kernel (redispatch); a call that a
+    TorchDispatchMode or the profiler would see through torch.ops still reaches them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    weight, x = _randn(N, K, seed=30), _randn(1, K, seed=31)
+    buffers, packed = _packed_module(native, None, 0, weight)
+    fn, plan = direct_entry("bf16", weight, ("packed",), N, K)
+    want = _bits(native.packed_bf16_linear(x, *packed, N, VERSION))
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.name())
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        assert torch.equal(_bits(fn(plan, x, weight, buffers, None)), want)
+        with Seen() as seen:
+            assert torch.equal(_bits(fn(plan, x, weight, buffers, None)), want)
+        with torch.profiler.profile() as profile:
+            fn(plan, x, weight, buffers, None)
+    assert "sglang_rvv_native::packed_bf16_linear" in seen.ops, seen.ops
+    assert "sglang_rvv_native::packed_bf16_linear" in {event.name for event in profile.events()}
+
+
+def test_small_outputs_reuse_dead_outputs_blocks_and_never_a_live_ones(native):
+    """outputs.cpp: an output's block is kept when it dies and handed to a later output of its
+    size; outputs alive at once never share one, and each keeps its own bits."""
+    weight = _randn(N, K, seed=32)
+    packed = native.pack_bf16_weight(weight, VERSION)
+    xs = [_randn(1, K, seed=40 + i) for i in range(8)]
+    wants = [_bits(native.packed_bf16_linear(x, packed, N, VERSION)).clone() for x in xs]
+    live = [native.packed_bf16_linear(x, packed, N, VERSION) for x in xs]  # more than the kept blocks
+    assert len({out.data_ptr() for out in live}) == len(live)
+    assert all(torch.equal(_bits(out), want) for out, want in zip(live, wants, strict=True))
+    dead = {out.data_ptr() for out in live}
+    del live
+    again = [native.packed_bf16_linear(x, packed, N, VERSION) for x in xs[:4]]
+    assert {out.data_ptr() for out in again} <= dead
+    assert all(torch.equal(_bits(out), want) for out, want in zip(again, wants[:4], strict=True))
+
+
+def test_while_the_profiler_records_memory_an_output_is_torchs_allocation(native):
+    weight, x = _randn(N, K, seed=33), _randn(1, K, seed=34)
+    packed = native.pack_bf16_weight(weight, VERSION)
+    for _ in range(2):  # the second output could take the first one's kept block
+        native.packed_bf16_linear(x, packed, N, VERSION)
+    with torch.profiler.profile(profile_memory=True) as profile:
+        native.packed_bf16_linear(x, packed, N, VERSION)
+    usage = [event.cpu_memory_usage for event in profile.key_averages()
+             if event.key == "sglang_rvv_native::packed_bf16_linear"]
+    assert usage and usage[0] >= N * 2, usage
+
+
 def test_the_entrys_round_trip_holds_when_the_first_call_comes_from_inference_mode(direct_entry):
     """The entry loads at a route's first memoised call, which SGLang makes in inference mode, where
     a new tensor has no version counter for the round trip's stale case."""
@@ -501,6 +559,30 @@ def test_the_routes_c_call_re_plans_a_changed_weight_and_leaves_hooks_and_grad_t
     y = o_proj(x.float().to(torch.bfloat16).requires_grad_(True))  # grad on: row-major F.linear, autograd kept
     y.sum().backward()
     assert o_proj.weight.grad is not None
+
+
+def test_the_routes_c_call_reuses_its_last_memo_hit_only_until_the_memo_changes(native_routes):
+    """route_call.cpp keeps a memo's last hit with its shape; a new decision for any shape
+    (CallMemo.remember) drops it, so the next call takes the new decision."""
+    routing = native_routes
+    model = _routed_tiny(seed=3)
+    o_proj = model.model.layers[0].self_attn.o_proj
+    route = o_proj.__dict__[routing.ROUTE_ATTR]
+    one, two = _randn(1, 1, o_proj.in_features, seed=5), _randn(1, 2, o_proj.in_features, seed=6)
+
+    def op_bits(x):
+        packed = o_proj._buffers[route.record.buffers[0]]
+        return _bits(torch.ops.sglang_rvv_native.packed_bf16_linear(x, packed, o_proj.out_features, VERSION))
+
+    with torch.inference_mode():
+        for x in (one, two, one, two):  # plans each shape, then the C call alternates between them
+            assert torch.equal(_bits(o_proj(x)), op_bits(x))
+        assert route.memo.last == (tuple(two.shape), route.memo.calls[two.shape, two.dtype, True])
+        row_major = ("o_proj", "row_major_test", "2")
+        route.memo.remember(two, routing.MemoCall(row_major, None, 2, 2, False, ()))
+        assert route.memo.last is None
+        assert torch.equal(_bits(o_proj(two)), _bits(torch.nn.functional.linear(two, o_proj.weight)))
+        assert route.context.counters[row_major] == 1
 
 
 def test_the_routes_c_method_refuses_a_class_without_the_slots_it_reads(native_routes):

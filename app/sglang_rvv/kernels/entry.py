@@ -3,7 +3,8 @@
 One CPython function (``csrc/entry/python_entry.cpp``) does what a memoised packed call did
 in Python and through ``torch.ops``: it checks the weight against the plan's stamp of it (as
 :meth:`packed_state.PackedWeightSource.matches` does), looks the packed buffers up in the
-module's buffer dict by name, and calls the packed op through the dispatcher, adding the bias.
+module's buffer dict by name, and calls the packed op (straight to its CPU kernel where the
+dispatcher would land there), adding the bias.
 It returns ``None`` when the plan no longer holds, and the route then takes its full path.
 
 :func:`load` gives the module, or ``None`` when the entry is not there (a kernel library built

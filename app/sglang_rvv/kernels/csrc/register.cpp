@@ -8,9 +8,9 @@
 // of the twins for the fast tests) the RVV kernels are not compiled in and AT_HWCAP's bits mean
 // something else, so the twins are the only choice. Built without V.
 //
-// Per call the entry point allocates only the output: the kernels read the BF16 activations
-// as they are (no FP32 copy) and keep their scratch in a buffer of the calling thread that
-// grows to the largest call and is then reused.
+// Per call the entry point allocates at most the output (outputs.cpp reuses small ones): the
+// kernels read the BF16 activations as they are (no FP32 copy) and keep their scratch in a buffer
+// of the calling thread that grows to the largest call and is then reused.
 
 #include <sys/auxv.h>
 
@@ -26,6 +26,7 @@
 #include <torch/library.h>
 
 #include "kernels.h"
+#include "outputs.h"
 
 namespace sglang_rvv {
 namespace {
@@ -159,7 +160,7 @@ at::Tensor packed_bf16_linear(const at::Tensor& input, const at::Tensor& packed_
   const int64_t m = input_rows(input);
   if (m == 0 || k == 0) return at::zeros(out_shape(input, n), input.options());  // an empty sum is +0
 
-  at::Tensor out = at::empty(out_shape(input, n), input.options());
+  at::Tensor out = new_output(out_shape(input, n), input.scalar_type());
   const at::Tensor x = input.contiguous();
   const at::Tensor w = packed_weight.contiguous();
   const LinearArgs args{bf16_bits(x), bf16_bits(w), bf16_bits_mut(out), m, k, n};
@@ -234,7 +235,7 @@ at::Tensor quantized_linear(const QuantSpec& spec, const at::Tensor& input, cons
   check_input(input, k, op);
   check_out_features(n, blocks, op);
   const int64_t m = input_rows(input);
-  at::Tensor out = at::empty(out_shape(input, n), input.options());
+  at::Tensor out = new_output(out_shape(input, n), input.scalar_type());
   if (m == 0) return out;
   const at::Tensor x = input.contiguous(), q = qweight.contiguous(), s = scales.contiguous();
   const QuantLinearArgs args{bf16_bits(x), static_cast<const uint8_t*>(q.const_data_ptr()), bf16_bits(s),
@@ -304,7 +305,7 @@ int64_t norm_rows(const at::Tensor& input, const at::Tensor& weight, const char*
 at::Tensor rmsnorm(const at::Tensor& input, const at::Tensor& weight, double eps) {
   const int64_t rows = norm_rows(input, weight, "rmsnorm"), d = weight.size(0);
   const int64_t ldx = row_stride(input, d, "rmsnorm", "input");
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor out = new_output(input.sizes(), input.scalar_type());
   if (rows == 0 || d == 0) return out;
   const NormArgs args{bf16_bits(input), nullptr, bf16_bits(weight), bf16_bits_mut(out), ldx, 0, d, d,
                       static_cast<float>(eps)};
@@ -331,7 +332,7 @@ at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
               gate.sizes(), " and ", up.sizes());
   const int64_t d = gate.dim() ? gate.size(-1) : 0;
   const int64_t ldg = row_stride(gate, d, "silu_mul", "gate"), ldu = row_stride(up, d, "silu_mul", "up");
-  at::Tensor out = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = new_output(gate.sizes(), gate.scalar_type());
   const int64_t rows = d ? gate.numel() / d : 0;
   if (rows == 0) return out;
   const SiluMulArgs args{bf16_bits(gate), bf16_bits(up), bf16_bits_mut(out), ldg, ldu, d, d};
@@ -354,7 +355,7 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
               "sglang_rvv_native::rotary_neox expects a bfloat16 ", what, " with a contiguous last dim, got ",
               x.scalar_type(), " strides ", x.strides());
   // [batch, seq, heads, d] in memory, as transformers' q.view(...).transpose(1, 2) is.
-  at::Tensor out = at::empty({batch, seq, heads, d}, x.options()).transpose(1, 2);
+  at::Tensor out = new_output({batch, seq, heads, d}, x.scalar_type()).transpose(1, 2);
   if (out.numel() == 0) return out;
   const int64_t cb = cos.size(0) == 1 ? 0 : cos.stride(0);
   const RotaryArgs args{bf16_bits(x), bf16_bits(cos), bf16_bits(sin), bf16_bits_mut(out), heads, seq, d,
@@ -395,7 +396,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
                 t->scalar_type(), " strides ", t->strides());
   }
   const int64_t batch = q.size(0), q_heads = q.size(1), keys = k.size(2), d = q.size(3);
-  at::Tensor out = at::empty({batch, 1, q_heads, d}, q.options());
+  at::Tensor out = new_output({batch, 1, q_heads, d}, q.scalar_type());
   if (out.numel() == 0) return out;
   const AttentionArgs args{bf16_bits(q), bf16_bits(k), bf16_bits(v), bf16_bits_mut(out), q_heads, k.size(1), keys, d,
                            q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0),

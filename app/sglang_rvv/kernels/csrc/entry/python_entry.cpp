@@ -7,7 +7,8 @@
 // weight with the plan's stamp of it (identity, version counter, data pointer, sizes,
 // strides, dtype, CPU) as packed_state.PackedWeightSource.matches does, looks the packed
 // buffers up by name in the module's own buffer dict (so a released or replaced buffer is
-// never used), and calls the op through the dispatcher. It returns None when anything
+// never used), and calls the op: straight to its CPU kernel where the dispatcher would land there
+// (run), else through the dispatcher. It returns None when anything
 // differs: the Python route then takes its full path, which re-plans.
 //
 // route_call.cpp puts the routes' __call__ in front of this call, in C as well.
@@ -25,6 +26,8 @@
 #include <string>
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 namespace sglang_rvv_entry {
@@ -88,6 +91,14 @@ void destroy(Plan* plan) {
 
 void free_plan(PyObject* capsule) {
   if (auto* plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule))) destroy(plan);
+}
+
+// The plan a capsule holds, or nullptr. A plan's capsule is named by kPlanCapsule's very address
+// and holds the plan as its context too: PyCapsule_GetPointer would compare the names with
+// strcmp, about 200 instructions a call under emulation.
+const Plan* plan_of(PyObject* capsule) {
+  if (!PyCapsule_CheckExact(capsule) || PyCapsule_GetName(capsule) != kPlanCapsule) return nullptr;
+  return static_cast<const Plan*>(PyCapsule_GetContext(capsule));
 }
 
 // packed_state.PackedWeightSource.matches, field for field.
@@ -168,19 +179,49 @@ PyObject* make_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   plan->versioned = !w.is_inference();
   plan->version = plan->versioned ? w._version() : 0;
   PyObject* capsule = PyCapsule_New(plan, kPlanCapsule, free_plan);
-  if (capsule == nullptr) destroy(plan);
+  if (capsule == nullptr) {
+    destroy(plan);
+  } else if (PyCapsule_SetContext(capsule, plan) < 0) {
+    Py_CLEAR(capsule);  // its destructor frees the plan
+  }
   return capsule;
 }
 
+// The keys the dispatcher would take these operands' call through, autograd's and the defaults
+// aside. Outside grad mode, autograd's fallback for an op without a formula only passes the call
+// on below it, and ADInplaceOrView and BackendSelect pass this op through: when nothing else is
+// left but CPU (no mode or Python key in this thread, no autocast, no tensor subclass's key), the
+// call would land on the CPU kernel.
+c10::DispatchKeySet keys_beside_autograd(const at::Tensor& x, const at::Tensor& first, const at::Tensor& second,
+                                         const at::Tensor& b) {
+  c10::DispatchKeySet keys = x.key_set() | first.key_set();
+  if (second.defined()) keys = keys | second.key_set();
+  if (b.defined()) keys = keys | b.key_set();
+  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+  return ((keys | local.included_) - local.excluded_) - c10::autograd_dispatch_keyset_with_ADInplaceOrView -
+         c10::DispatchKeySet(c10::DispatchKey::BackendSelect);
+}
+
 // The plan's op on these operands, with the bias added; on failure an undefined tensor and the
-// error's message in `failure`.
+// error's message in `failure`. Where the call would land on the CPU kernel, it is sent there
+// (redispatch) without the dispatcher's key computation, autograd's boxed fallback and the
+// profiler's check: about 1 k instructions a call under emulation. Anything else, a profiler
+// included, takes the dispatcher's full call.
 at::Tensor run(const Plan& plan, const at::Tensor& x, const at::Tensor& first, const at::Tensor& second,
                const at::Tensor& b, std::string& failure) {
+  static const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
   try {
-    at::Tensor out = plan.kind == kBf16
-                         ? bf16_op().call(x, first, plan.out_features, plan.layout_version)
-                         : quant_op(plan.kind).call(x, first, second, plan.out_features, plan.in_features,
-                                                    plan.layout_version);
+    const bool direct = !at::GradMode::is_enabled() && !at::hasCallbacks() &&
+                        keys_beside_autograd(x, first, second, b) == cpu;
+    at::Tensor out;
+    if (plan.kind == kBf16) {
+      out = direct ? bf16_op().redispatch(cpu, x, first, plan.out_features, plan.layout_version)
+                   : bf16_op().call(x, first, plan.out_features, plan.layout_version);
+    } else {
+      const auto& op = quant_op(plan.kind);
+      out = direct ? op.redispatch(cpu, x, first, second, plan.out_features, plan.in_features, plan.layout_version)
+                   : op.call(x, first, second, plan.out_features, plan.in_features, plan.layout_version);
+    }
     if (b.defined()) out.add_(b);
     return out;
   } catch (const std::exception& error) {
@@ -193,11 +234,11 @@ at::Tensor run(const Plan& plan, const at::Tensor& x, const at::Tensor& first, c
 }  // namespace
 
 PyObject* plan_linear(PyObject* capsule, PyObject* input, PyObject* weight, PyObject* buffers, PyObject* bias) {
-  if (!PyCapsule_IsValid(capsule, kPlanCapsule)) {
+  const Plan* plan = plan_of(capsule);
+  if (plan == nullptr) {
     PyErr_SetString(PyExc_TypeError, "linear: the plan must be one that plan() made");
     return nullptr;
   }
-  const auto* plan = static_cast<const Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
   if (!is_tensor(input) || !is_tensor(weight) || !PyDict_Check(buffers) || (bias != Py_None && !is_tensor(bias))) {
     PyErr_SetString(PyExc_TypeError, "linear: input and weight must be tensors, buffers a dict, bias a tensor or None");
     return nullptr;

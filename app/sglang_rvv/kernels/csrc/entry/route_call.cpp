@@ -4,11 +4,13 @@
 // Under emulation a memoised packed call through the native entry cost ~30.6 k instructions,
 // 21 k of them the interpreter's: DirectCall.__call__, RoutedLinear.forward and ModuleRoute.call,
 // three frames of attribute reads, the memo's key and guards, and the counter (12.9 k in all
-// since). Here the same steps run in C, in the same order and with the same guards:
+// with these in C, 9.1 k with the memo's last hit and outputs.cpp's kept blocks). Here the same
+// steps run in C, in the same order and with the same guards:
 // - route_method's `__call__(route, module, input, weight, bias)`: the memo (CallMemo) is used only
 //   while its weight object, source record, status, packed layout, config and route table are
 //   the very ones the route holds now, without grad, and only for a bfloat16 CPU input whose
-//   (shape, dtype, CPU-ness) key holds a planned call (MemoCall.plan); then the plan's packed call
+//   (shape, dtype, CPU-ness) key holds a planned call (MemoCall.plan; the memo's last hit is
+//   compared first, memo_call); then the plan's packed call
 //   (python_entry.cpp's plan_linear: the source check, the buffers by name, the op, the bias)
 //   and the call's counter. The slots are read at the offsets their classes declare, checked
 //   once when the method is made; each object's exact class is checked on every call.
@@ -43,7 +45,7 @@ struct RouteSpec {
   Offset record_source = 0, record_layout = 0;
   Offset context_config = 0, context_counters = 0, context_table = 0;
   Offset memo_weight_ref = 0, memo_source = 0, memo_status = 0, memo_layout = 0, memo_config = 0, memo_table = 0,
-         memo_calls = 0;
+         memo_calls = 0, memo_last = 0;
   PyObject* python_call = nullptr;  // ModuleRoute.call
   PyObject* bfloat16 = nullptr;     // torch.bfloat16: the dtype in a memo key
   Py_ssize_t counter_index = 0, plan_index = 0;  // MemoCall's fields
@@ -84,9 +86,11 @@ const Names& names() {
   return n;
 }
 
-inline PyObject* slot(PyObject* obj, Offset offset) {
-  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
+inline PyObject** slot_address(PyObject* obj, Offset offset) {
+  return reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
 }
+
+inline PyObject* slot(PyObject* obj, Offset offset) { return *slot_address(obj, offset); }
 
 // The offset of `type`'s own __slots__ member `name`, or -1 with a ValueError.
 Offset slot_offset(PyTypeObject* type, const char* name) {
@@ -103,11 +107,9 @@ Offset slot_offset(PyTypeObject* type, const char* name) {
 // equality: its members are singletons, so a status that differs never passes here either).
 inline bool same(PyObject* a, PyObject* b) { return a != nullptr && a == b; }
 
-// The memo's key of `x`: (its shape, bfloat16, True), as ModuleRoute.call builds it from
-// (input.shape, input.dtype, input.is_cpu); a plain tuple of the sizes hashes and compares
-// as the torch.Size does.
-PyObject* memo_key(const RouteSpec& spec, const at::Tensor& x) {
-  const auto sizes = x.sizes();
+// `sizes` as a tuple: the shape in the memo's key (a plain tuple hashes and compares as the
+// torch.Size does).
+PyObject* shape_tuple(c10::IntArrayRef sizes) {
   PyObject* shape = PyTuple_New(static_cast<Py_ssize_t>(sizes.size()));
   if (shape == nullptr) return nullptr;
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -118,9 +120,42 @@ PyObject* memo_key(const RouteSpec& spec, const at::Tensor& x) {
     }
     PyTuple_SET_ITEM(shape, static_cast<Py_ssize_t>(d), size);
   }
+  return shape;
+}
+
+// Whether `shape` is a tuple that shape_tuple made of these `sizes`.
+bool same_shape(PyObject* shape, c10::IntArrayRef sizes) {
+  if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != static_cast<Py_ssize_t>(sizes.size())) return false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    PyObject* size = PyTuple_GET_ITEM(shape, static_cast<Py_ssize_t>(d));
+    int overflow = 0;
+    if (!PyLong_CheckExact(size) || PyLong_AsLongLongAndOverflow(size, &overflow) != sizes[d] || overflow) return false;
+  }
+  return true;
+}
+
+// The memo's call for `x` (borrowed), or nullptr (with an exception if one occurred). It is
+// calls[(x.shape, bfloat16, True)], the key ModuleRoute.call builds from (input.shape,
+// input.dtype, input.is_cpu). A hit is kept in the memo's `last` with its shape, so that the
+// next call of the same shape (a decoding module's every call) compares sizes instead of
+// building, hashing and freeing a key: about 900 instructions under emulation. CallMemo.remember
+// clears `last` on every write to calls.
+PyObject* memo_call(const RouteSpec& spec, PyObject* memo, PyObject* calls, const at::Tensor& x) {
+  PyObject** last = slot_address(memo, spec.memo_last);
+  if (*last != nullptr && PyTuple_CheckExact(*last) && PyTuple_GET_SIZE(*last) == 2 &&
+      same_shape(PyTuple_GET_ITEM(*last, 0), x.sizes())) {
+    return PyTuple_GET_ITEM(*last, 1);
+  }
+  PyObject* shape = shape_tuple(x.sizes());
+  if (shape == nullptr) return nullptr;
   PyObject* key = PyTuple_Pack(3, shape, spec.bfloat16, Py_True);
+  PyObject* call = key == nullptr ? nullptr : PyDict_GetItemWithError(calls, key);  // borrowed
+  Py_XDECREF(key);
+  PyObject* hit = call == nullptr ? nullptr : PyTuple_Pack(2, shape, call);
   Py_DECREF(shape);
-  return key;
+  if (hit == nullptr) return nullptr;
+  Py_XSETREF(*last, hit);  // the old pair's call, if it is this one, is still the dict's
+  return call;
 }
 
 int count(PyObject* counters, PyObject* key) {
@@ -164,10 +199,7 @@ PyObject* memoised(const RouteSpec& spec, PyObject* route, PyObject* module, PyO
   if (x.scalar_type() != at::kBFloat16 || !x.is_cpu()) return nullptr;
   PyObject* calls = slot(memo, spec.memo_calls);
   if (calls == nullptr || !PyDict_Check(calls)) return nullptr;
-  PyObject* key = memo_key(spec, x);
-  if (key == nullptr) return nullptr;
-  PyObject* call = PyDict_GetItemWithError(calls, key);  // borrowed
-  Py_DECREF(key);
+  PyObject* call = memo_call(spec, memo, calls, x);
   if (call == nullptr || !PyTuple_Check(call) || PyTuple_GET_SIZE(call) <= spec.plan_index ||
       PyTuple_GET_SIZE(call) <= spec.counter_index || PyTuple_GET_ITEM(call, spec.plan_index) == Py_None) {
     return nullptr;
@@ -327,7 +359,7 @@ PyObject* route_method(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   spec.record_type = reinterpret_cast<PyTypeObject*>(args[2]);
   spec.context_type = reinterpret_cast<PyTypeObject*>(args[3]);
   spec.memo_type = reinterpret_cast<PyTypeObject*>(args[4]);
-  const std::array<std::pair<Offset*, std::pair<PyTypeObject*, const char*>>, 16> members = {{
+  const std::array<std::pair<Offset*, std::pair<PyTypeObject*, const char*>>, 17> members = {{
       {&spec.route_context, {spec.route_type, "context"}}, {&spec.route_record, {spec.route_type, "record"}},
       {&spec.route_memo, {spec.route_type, "memo"}}, {&spec.route_status, {spec.route_type, "status"}},
       {&spec.record_source, {spec.record_type, "source"}}, {&spec.record_layout, {spec.record_type, "layout"}},
@@ -336,6 +368,7 @@ PyObject* route_method(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       {&spec.memo_source, {spec.memo_type, "source"}}, {&spec.memo_status, {spec.memo_type, "status"}},
       {&spec.memo_layout, {spec.memo_type, "layout"}}, {&spec.memo_config, {spec.memo_type, "config"}},
       {&spec.memo_table, {spec.memo_type, "table"}}, {&spec.memo_calls, {spec.memo_type, "calls"}},
+      {&spec.memo_last, {spec.memo_type, "last"}},
   }};
   for (const auto& [offset, member] : members) {
     *offset = slot_offset(member.first, member.second);
