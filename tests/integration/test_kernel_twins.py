@@ -401,6 +401,27 @@ def test_the_native_entry_leaves_a_dispatch_mode_and_the_profiler_the_dispatcher
     assert "sglang_rvv_native::packed_bf16_linear" in {event.name for event in profile.events()}
 
 
+@pytest.mark.parametrize("quant,group_size", [pytest.param(None, 0, id="bf16"), *QUANT])
+def test_the_native_ops_fake_kernels_give_the_ops_shapes_at_any_rank(native, quant, group_size):
+    """What torch.compile traces the native ops with (kernels.rvv registers them when the library
+    loads): the op's output shape, [..., N] for an [..., K] input."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from sglang_rvv.kernels import rvv
+
+    rvv._register_fakes()
+    packed = _pack(native, quant, _randn(N, K, seed=35), group_size) if quant else (
+        native.pack_bf16_weight(_randn(N, K, seed=35), VERSION),)
+    for x in (_randn(3, K, seed=36), _randn(2, 3, K, seed=37)):
+        real = native.packed_bf16_linear(x, *packed, N, VERSION) if quant is None else _linear(
+            native, quant, x, packed, N, K)
+        with FakeTensorMode() as mode:
+            fakes = [mode.from_tensor(t) for t in (x, *packed)]
+            fake = native.packed_bf16_linear(*fakes, N, VERSION) if quant is None else _linear(
+                native, quant, fakes[0], fakes[1:], N, K)
+        assert fake.shape == real.shape
+
+
 def test_small_outputs_reuse_dead_outputs_blocks_and_never_a_live_ones(native):
     """outputs.cpp: an output's block is kept when it dies and handed to a later output of its
     size; outputs alive at once never share one, and each keeps its own bits."""

@@ -196,7 +196,7 @@ def _register_fakes() -> None:
 
     def linear_fake(input, packed_weight, out_features, layout_version):
         layout.check_linear_args(input, packed_weight, out_features, layout_version)
-        return input.new_empty((input.shape[0], out_features))
+        return input.new_empty((*input.shape[:-1], out_features))  # any rank, as the op takes it
 
     torch.library.register_fake("sglang_rvv_native::pack_bf16_weight", pack_fake)
     torch.library.register_fake("sglang_rvv_native::packed_bf16_linear", linear_fake)
@@ -213,7 +213,7 @@ def _register_quantized_fakes(quant: layout.QuantLayout) -> None:
         return weight.new_empty(qshape, dtype=qdtype), weight.new_empty(sshape)
 
     def linear_fake(input, qweight, scales, out_features, in_features, layout_version):
-        return input.new_empty((input.shape[0], out_features))
+        return input.new_empty((*input.shape[:-1], out_features))
 
     torch.library.register_fake(f"sglang_rvv_native::pack_{quant.name}_weight", pack_fake)
     torch.library.register_fake(f"sglang_rvv_native::packed_{quant.name}_linear", linear_fake)
