@@ -45,10 +45,12 @@ def measure(counter: tool.Tool, root, work: run.Workload, scratch) -> dict:
 
 def per_call(result: dict, calls: int) -> dict:
     """Instructions per projection call (M=1, eager packed route) outside the kernel library, per
-    component, through the module (``projection``) and through its bare native op (``op``: torch's
-    dispatcher and the op's entry); ``kernel`` is the library's own, the same in both."""
+    component, through the module (``projection``), through its bare native op (``op``: torch's
+    dispatcher and the op's entry) and through that op call compiled with torch.compile's eager
+    backend (``compiled``: Dynamo's guards and frame as well); ``kernel`` is the library's own, the
+    same in all three."""
     out = {}
-    for name, phase in (("projection", "projection_calls"), ("op", "op_calls")):
+    for name, phase in (("projection", "projection_calls"), ("op", "op_calls"), ("compiled", "compiled_calls")):
         components = result["phases"][phase]["components"]
         out[name] = {c: round(components[c]["insns"] / calls) for c in COMPONENT_NAMES if c != "kernel"}
     out["kernel"] = round(result["phases"]["projection_calls"]["components"]["kernel"]["insns"] / calls)
@@ -124,7 +126,8 @@ def main(argv=None) -> int:
     write_json(args.path, {
         "reason": PLACEHOLDER, "workload": "tiny model (sglang_rvv.tiny), policy on, second decode "
         f"step at M=1 after a 4-token prefill, 1 thread, VLEN 256; then {CALLS} calls of its first "
-        f"o_proj at M=1 through the module, and {CALLS} of its native op",
+        f"o_proj at M=1 through the module, {CALLS} of its native op, and {CALLS} of that op call compiled "
+        "(torch.compile, eager backend)",
         "qemu_cpu": counter.qemu_cpu, "plugin_source_sha256": tool.sha256(tool.SOURCE),
         "insns": measured["insns"], "per_call": measured["per_call"], "kernel_loads_per_weight_byte": loads})
     print(args.path)

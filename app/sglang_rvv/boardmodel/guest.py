@@ -8,8 +8,10 @@ the policy (or not), runs a prefill and then decode steps at M=1, and writes a m
 2 after it, then one after every decode step. With ``calls`` (policy on, bf16) it then calls one
 packed projection (the first o_proj, M=1) that many times through the module, as the model does,
 and then its native op as many times with the same operands, a mark after each loop: what a
-projection call costs around its kernel. It then writes a JSON result with the guest's
-/proc/self/maps, which attributes the counts.
+projection call costs around its kernel. Last, the same op call compiled by torch.compile with
+the eager backend, called as many times after its compile (a mark before and after): Dynamo's
+guards and frame on the way to the op, what a compiled route adds before any Inductor code. It
+then writes a JSON result with the guest's /proc/self/maps, which attributes the counts.
 
 On a board (``counters`` in the spec, :mod:`.counters`) it runs natively instead, and each mark
 also reads this process's hardware counters (perf_event_open) and the clock: the same phases,
@@ -73,7 +75,8 @@ def answer_find_library_from_rootfs():
 
 def call_projection(model, report, calls, first_mark, generator):
     """Marks first_mark, +1 after ``calls`` module calls of the first packed o_proj at M=1, +2
-    after as many calls of its native bf16 op on the module's own packed buffer."""
+    after as many calls of its native bf16 op on the module's own packed buffer, +3 once that op
+    call is compiled (torch.compile, eager backend) and +4 after as many calls of it."""
     import torch
 
     from sglang_rvv.packed_state import BUFFER
@@ -93,6 +96,13 @@ def call_projection(model, report, calls, first_mark, generator):
         for _ in range(calls):
             op(x, packed, out_features, 1)
         mark(first_mark + 2)
+        compiled = torch.compile(lambda x: op(x, packed, out_features, 1), backend="eager", dynamic=False,
+                                 fullgraph=True)
+        compiled(x)
+        mark(first_mark + 3)
+        for _ in range(calls):
+            compiled(x)
+        mark(first_mark + 4)
 
 
 def main(spec):

@@ -99,6 +99,7 @@ def phase_marks(work: Workload) -> dict[str, tuple[str, str]]:
         first = 3 + work.decode_steps
         phases["projection_calls"] = (str(first), str(first + 1))
         phases["op_calls"] = (str(first + 1), str(first + 2))
+        phases["compiled_calls"] = (str(first + 3), str(first + 4))  # after its compile
     return phases
 
 
