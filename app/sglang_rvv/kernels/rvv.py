@@ -36,7 +36,7 @@ GATE = gate.RVV  # see kernels/gate.py
 # Every packed call is one native op, opaque to Inductor: a compiled callable could only wrap it in
 # Dynamo's guards and Inductor's wrapper, so routing calls it as it is and nothing is compiled.
 # Counted under emulation (the board-model gate, tests/images/test_board_model.py): Dynamo's part
-# alone is about 18 times the whole eager route's cost outside the kernel (169 k against 9.1 k).
+# alone is about 18 times the whole eager route's cost outside the kernel (168 k against 9.1 k).
 COMPILE_PACKED = False
 LIB_ENV = "SGLANG_RVV_KERNELS_LIB"
 DEFAULT_LIB = Path(__file__).resolve().parent / "lib" / "libsglang_rvv_kernels.so"
