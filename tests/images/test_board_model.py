@@ -115,12 +115,17 @@ def root(podman, build_logs, counter, tmp_path_factory):
 
 
 def test_a_copy_of_an_image_podman_no_longer_holds_is_removed_and_the_held_one_kept(root, tmp_path):
+    """And a partial copy is kept only while the process making it lives, whatever its image."""
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # its pid is a dead process's now
     held = tmp_path / root.name
-    gone = [tmp_path / "rootfs-000000000000", tmp_path / "rootfs-000000000000.partial"]
-    for path in (held, *gone):
+    making = tmp_path / f"{root.name}{rootfs.PARTIAL}{os.getpid()}"
+    gone = [tmp_path / "rootfs-000000000000", tmp_path / "rootfs-000000000000.partial",
+            tmp_path / f"{root.name}{rootfs.PARTIAL}{finished.pid}"]
+    for path in (held, making, *gone):
         (path / "usr").mkdir(parents=True)
-    assert rootfs.remove_stale(tmp_path) == gone
-    assert sorted(tmp_path.iterdir()) == [held]
+    assert sorted(rootfs.remove_stale(tmp_path)) == sorted(gone)
+    assert sorted(tmp_path.iterdir()) == sorted([held, making])
 
 
 @pytest.fixture(scope="session")

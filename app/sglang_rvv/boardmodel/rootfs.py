@@ -21,6 +21,7 @@ from .tool import CACHE, ToolError, lock
 IMAGE = "localhost/sglang-rvv-runtime:{version}-riscv64"
 VENV = Path("opt/sglang-rvv/venv")
 DONE = ".count-rootfs-complete"
+PARTIAL = ".partial-"  # then the copying process's pid
 
 
 def image_name() -> str:
@@ -65,13 +66,30 @@ def use_host_pseudo_filesystems(root: Path) -> Path:
     return root
 
 
+def copying(copy: Path) -> bool:
+    """Whether ``copy`` is a partial copy (``rootfs-<id>.partial-<pid>``) whose process is still
+    making it."""
+    _, sep, pid = copy.name.rpartition(PARTIAL)
+    if not sep or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 def remove_stale(cache: Path = CACHE) -> list[Path]:
-    """Remove the copies (and partial copies) whose image podman no longer holds; returns them."""
+    """Remove the copies whose image podman no longer holds, and the partial copies no live process
+    is making (one that died mid-copy left its own); returns them."""
     removed = []
     for copy in sorted(cache.glob("rootfs-*")):
-        ident = copy.name.removeprefix("rootfs-").removesuffix(".partial")
-        held = subprocess.run(["podman", "image", "exists", ident], capture_output=True).returncode == 0
-        if not held:
+        if copying(copy):
+            continue
+        ident, partial, _ = copy.name.removeprefix("rootfs-").partition(".partial")
+        if partial or subprocess.run(["podman", "image", "exists", ident], capture_output=True).returncode:
             shutil.rmtree(copy, ignore_errors=True)
             removed.append(copy)
     return removed
@@ -86,7 +104,9 @@ def prepare(image: str | None = None, cache: Path = CACHE) -> Path:
     remove_stale(cache)
     mounted = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True,
                              check=True).stdout.strip()
-    partial = root.with_name(root.name + ".partial")
+    # A copy of this process's own: two processes preparing the same image at once (the gate and
+    # a `make board-model` beside it) once shared one partial copy, and each removed the other's.
+    partial = root.with_name(f"{root.name}{PARTIAL}{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
         subprocess.run(["cp", "-a", f"{mounted}/.", str(partial)], check=True)
@@ -95,8 +115,14 @@ def prepare(image: str | None = None, cache: Path = CACHE) -> Path:
     relativize_symlinks(partial)
     use_host_pseudo_filesystems(partial)
     (partial / DONE).write_text(json.dumps({"image": image, "id": ident}) + "\n")
-    shutil.rmtree(root, ignore_errors=True)
-    partial.rename(root)
+    if root.exists() and not (root / DONE).is_file():
+        shutil.rmtree(root, ignore_errors=True)
+    try:
+        partial.rename(root)
+    except OSError:  # another process put its complete copy there first: use that one
+        shutil.rmtree(partial, ignore_errors=True)
+        if not (root / DONE).is_file():
+            raise
     return root
 
 
