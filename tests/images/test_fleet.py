@@ -313,10 +313,24 @@ def test_a_dead_scheduler_restarts_its_appliance_while_the_rejoined_replica_serv
     rejoined = fleet.get("rejoined", 1)  # the replica the previous test killed and saw come back
     index = next(i for i in range(1, REPLICAS + 1) if i != rejoined)
     victim = _replica(index)
+
+    def schedulers() -> tuple[list[str], str]:
+        top = subprocess.run(["podman", "top", victim, "hpid", "args"], capture_output=True, text=True,
+                             check=True).stdout
+        return [line.split()[0] for line in top.splitlines() if "sglang::scheduler" in line], top
+
+    # A scheduler names itself once its spawned process has imported SGLang. A CI run (under the
+    # other lane's load) found this replica with two spawn children not yet named, as a starting
+    # appliance has; what it then showed is printed, and the fault waits for a whole fleet.
+    named, top = schedulers()
+    if len(named) != 1:
+        print(f"replica {index} before the fault, restarted {_inspect(victim, '{{.RestartCount}}')} times, "
+              f"{_inspect(victim, '{{.State.Health.Status}}')}:\n{top}")
+    _wait("the gateway sees every replica healthy and the victim's scheduler runs", lambda: list(
+        gateway_workers(fleet["port"]).values()) == [True] * REPLICAS and len(schedulers()[0]) == 1,
+        timeout=RECOVERY_S, interval=1)
     restarts = int(_inspect(victim, "{{.RestartCount}}"))
-    top = subprocess.run(["podman", "top", victim, "hpid", "args"], capture_output=True, text=True, check=True).stdout
-    scheduler = [line.split()[0] for line in top.splitlines() if "sglang::scheduler" in line]
-    assert len(scheduler) == 1, top
+    scheduler = schedulers()[0]
     served_before = _served(fleet["replicas"][rejoined - 1])
     began = time.monotonic()
     os.kill(int(scheduler[0]), signal.SIGKILL)
