@@ -1,12 +1,12 @@
 """The rest of a decode step on the RVV kernel library: RMSNorm (the residual add fused in), SiLU x
-mul, the rotary embedding and the decode attention, each one native call in place of the scalar
-torch ops it replaces.
+mul, the rotary embedding, the decode attention and the logits' top-1 (greedy sampling), each one
+native call in place of the scalar torch ops it replaces.
 
 Debian's riscv64 torch runs every op outside the projections scalar, and on the board's in-order
 core each op's dispatch costs tens of thousands of instructions: a Qwen3-0.6B decode step runs
 113 RMSNorms of ~8 ops each, 28 rotary embeddings of ~16, and 28 attentions whose scalar sdpa
-costs ~470 k instructions each. The kernels (``kernels/csrc/rmsnorm_*``, ``silu_mul_*``,
-``rotary_*``, ``attention_*``) run where
+costs ~470 k instructions each; the argmax over Qwen3's 151,936 logits 1.4-2.4 M. The kernels
+(``kernels/csrc/rmsnorm_*``, ``silu_mul_*``, ``rotary_*``, ``attention_*``, ``top1_*``) run where
 the chosen provider is ``rvv`` and the loaded library has them; :func:`available` says why not
 otherwise, and ``SGLANG_RVV_FUSED_OPS=0`` turns them off for A/B runs. A library built before them
 falls back to torch's ops with one warning line.
@@ -38,7 +38,7 @@ from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention",
-              "decode_attention_paged")
+              "decode_attention_paged", "top1")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
@@ -68,12 +68,12 @@ def available() -> tuple[bool, str]:
     missing = [op for op in NATIVE_OPS if not hasattr(torch.ops.sglang_rvv_native, op)]
     if missing:
         why = (f"the kernel library has no sglang_rvv_native::{', '.join(missing)} (built before them); "
-               "RMSNorm, SiLU x mul, the rotary embedding and attention run torch's ops: rebuild it with "
+               "RMSNorm, SiLU x mul, the rotary embedding, attention and the top-1 run torch's ops: rebuild it with "
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox and decode_attention (paged too) from the "
-                  f"rvv kernel library ({provider.NAME})")
+    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox, decode_attention (paged too) and top1 from "
+                  f"the rvv kernel library ({provider.NAME})")
 
 
 def module_tensor(module: torch.nn.Module, name: str) -> torch.Tensor | None:
@@ -181,6 +181,60 @@ def decode_attention_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     batch row b attends to cache rows ``req_to_token[pool[b], :seq_lens[b]]``, the same bits as
     over those rows gathered, without the gather."""
     torch.ops.sglang_rvv_native.decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, scale, out)
+
+
+def top1_servable(logits: torch.Tensor) -> bool:
+    """Whether :func:`top1` may take ``logits``: bfloat16 or float32 on the CPU outside autograd,
+    a non-empty contiguous last dim (the op checks that the rows are evenly spaced)."""
+    return (logits.dtype in (torch.float32, torch.bfloat16) and logits.is_cpu and logits.dim() >= 1
+            and logits.shape[-1] > 0 and logits.stride(-1) == 1
+            and not (logits.requires_grad and torch.is_grad_enabled()))
+
+
+def top1(logits: torch.Tensor) -> torch.Tensor:
+    """``torch.argmax(logits, -1)``, the same indices (the first NaN, else the first maximum)."""
+    return torch.ops.sglang_rvv_native.top1(logits)
+
+
+def argmax(input: torch.Tensor, dim: int | None = None, keepdim: bool = False, **kwargs) -> torch.Tensor:
+    """``torch.argmax``, by :func:`top1` where that covers the call (the last dim, no ``out``)."""
+    last = dim is not None and dim in (-1, input.dim() - 1)
+    if last and not keepdim and not kwargs and top1_servable(input):
+        return top1(input)
+    return torch.argmax(input, dim, keepdim, **kwargs)
+
+
+class _TorchWithTop1:
+    """torch, as a sampler's code given :func:`rebound` sees it: its argmax is :func:`argmax`,
+    every other name torch's."""
+
+    argmax = staticmethod(argmax)
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+
+TORCH_WITH_TOP1 = _TorchWithTop1()
+
+
+def sampler_with_top1(function: Callable) -> Callable | None:
+    """``function`` (a greedy sampler that calls ``torch.argmax``) calling :func:`argmax` instead;
+    None for one that does not (not the code this was checked against)."""
+    code = getattr(function, "__code__", None)
+    if code is None or "torch" not in code.co_names or "argmax" not in code.co_names:
+        return None
+    return rebound(function, {"torch": TORCH_WITH_TOP1})
+
+
+def rebound(function: Callable, names: dict[str, object]) -> Callable:
+    """``function``'s code over a copy of its module's globals with ``names`` rebound: it then
+    calls the kernels where it looked up those names, and every other user of the module keeps
+    what the module holds."""
+    copy = types.FunctionType(function.__code__, {**function.__globals__, **names}, function.__name__,
+                              function.__defaults__, function.__closure__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__qualname__ = function.__qualname__
+    return copy
 
 
 _ABSENT = object()
@@ -305,21 +359,37 @@ def _hf_attention_forward(cls: type) -> tuple[Callable | None, tuple[str, ...]]:
         kinds.append("attention")
     if not rebinds:
         return None, ()
-    rebound = types.FunctionType(code, {**scope, **rebinds}, forward.__name__, forward.__defaults__,
-                                 forward.__closure__)
-    rebound.__kwdefaults__ = forward.__kwdefaults__
-    return rebound, tuple(kinds)
+    return rebound(forward, rebinds), tuple(kinds)
+
+
+@functools.cache
+def _hf_sampling_class(cls: type) -> type | None:
+    """``cls`` (direct-called, :func:`direct_class`) with its ``_sample`` calling the top-1 kernel;
+    None where its ``_sample`` calls no ``torch.argmax``."""
+    sample = sampler_with_top1(getattr(cls, "_sample", None))
+    if sample is None:
+        return None
+    return type(cls.__name__, (direct_class(cls),), {"_sample": sample, "__module__": cls.__module__,
+                                                     "__qualname__": cls.__qualname__})
 
 
 def install_hf(model: torch.nn.Module) -> Counter:
     """transformers' hook: its RMSNorm, SiLU-gated MLP and attention modules (rotary embedding and
-    decode attention) of the supported architectures."""
+    decode attention) of the supported architectures, and the model's greedy sampling
+    (``GenerationMixin._sample``'s ``torch.argmax``, checked against transformers 5.12) as the top-1."""
     given: Counter = Counter()
+    sampling = _hf_sampling_class(type(model))
+    if sampling is not None:
+        # generate() looks _sample up on the model's class, not on the model: the model becomes an
+        # instance of a subclass holding the rebound copy, as a fused forward's module does.
+        model.__dict__[MARK_ATTR] = ("_sample", _ABSENT, type(model))
+        model.__class__ = sampling
+        given["top1"] += 1
     for module in model.modules():
         name = type(module).__name__
-        if name in HF_ATTENTIONS and (rebound := _hf_attention_forward(type(module)))[0] is not None:
-            give_forward(module, rebound[0])
-            given.update(rebound[1])
+        if name in HF_ATTENTIONS and (attention := _hf_attention_forward(type(module)))[0] is not None:
+            give_forward(module, attention[0])
+            given.update(attention[1])
         elif name in HF_NORMS and hasattr(module, "variance_epsilon"):
             give_forward(module, _hf_norm_forward)
             given["rmsnorm"] += 1

@@ -64,6 +64,9 @@ ATTENTION_SHAPES = ((1, 16, 8, 6, 128), (1, 4, 2, 70, 64), (1, 9, 3, 7, 64), (2,
 # SGLang's paged decode attentions as (q heads, kv heads, keys of each request, head dim): Qwen3-0.6B
 # with two requests, one past VLMAX keys at every VLEN, and SmolLM2's GQA of 3 with a one-key request.
 PAGED_SHAPES = ((16, 8, (6, 70), 128), (9, 3, (7, 1), 64))
+# The logits' top-1 over three rows of a vocabulary: Qwen3-0.6B's, a tiny model's, and rows short
+# of VLMAX at VLEN 512 and past it at every VLEN; each in FP32 and BF16.
+TOP1_VOCABULARIES = (151936, 1000, 70, 5)
 FUSED_MIN_SQNR_DB = 40.0  # one BF16 rounding of FP32 arithmetic: ~50 dB; exp's few ulp do not show
 
 
@@ -118,6 +121,8 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
               for shape in ATTENTION_SHAPES]
     cases += [(f"paged attention {q}x{kv}x{'+'.join(map(str, lengths))}x{d}",
                lambda shape=(q, kv, lengths, d): check_paged_attention(*shape)) for q, kv, lengths, d in PAGED_SHAPES]
+    cases += [(f"top1 n={n} {dtype}", lambda n=n, dtype=dtype: check_top1(n, dtype))
+              for n in TOP1_VOCABULARIES for dtype in ("float32", "bfloat16")]
     if mode == "full":
         cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf),
                   ("native entry", check_native_entry)]
@@ -240,6 +245,20 @@ def check_paged_attention(q_heads: int, kv_heads: int, lengths: tuple[int, ...],
         k, v = k_cache[at].transpose(0, 1).unsqueeze(0), v_cache[at].transpose(0, 1).unsqueeze(0)
         same.append(torch.equal(out[b], decode_attention(q[b:b + 1].unsqueeze(2), k, v, d ** -0.5).view(q_heads, d)))
     return {"same_as_gathered": same, "digest": digest(out)}
+
+
+def check_top1(n: int, dtype: str) -> dict:
+    """Three rows of a wider tensor (strided), torch.argmax's index: row 0's max copied to its end
+    (the first wins), a NaN in row 1 past the first vector pass with +inf after it (the NaN wins),
+    row 2 all -inf but -0.0 then +0.0 at its end (equal: the first)."""
+    x = (_randn(3, n + 3, seed=n * 7).float() * 4).to(getattr(torch, dtype))[:, :n]
+    x[0, -1] = x[0].max()
+    x[1, (2 * n) // 3] = float("nan")
+    x[1, -1] = float("inf")
+    x[2] = float("-inf")
+    x[2, -2:] = torch.tensor([-0.0, 0.0])
+    got = native().top1(x)
+    return {"equal": torch.equal(got, torch.argmax(x, -1)), "digest": digest(got)}
 
 
 FUSED_CHECKS = {"norm": check_norm, "addnorm": check_addnorm, "silu_mul": check_silu_mul}

@@ -70,7 +70,7 @@ def test_make_up_serves_it_by_name_and_the_chat_answer_names_paris(default_model
 
 
 def test_the_fused_kernels_keep_its_greedy_answer(default_checkpoint):
-    """The fused RMSNorm, SiLU x mul, rotary and decode attention kernels on the real model give the same greedy
+    """The fused RMSNorm, SiLU x mul, rotary, decode attention and top-1 kernels on the real model give the same greedy
     tokens as transformers' own ops. Their scalar twins built for this host run here: bit for bit
     the RVV kernels (tests/images/test_rvv_kernels.py holds them to it under qemu at every VLEN)."""
     import host_kernels
@@ -94,7 +94,7 @@ def test_the_fused_kernels_keep_its_greedy_answer(default_checkpoint):
     as_built = greedy()
     layers = model.config.num_hidden_layers
     assert fused.install_hf(model) == {"attention": layers, "rmsnorm": 2 * layers + 1, "rotary": layers,
-                                       "silu_mul": layers}
+                                       "silu_mul": layers, "top1": 1}
     with_kernels = greedy()
     answer = tokenizer.decode(with_kernels, skip_special_tokens=True)
     print(f"greedy answer with the fused kernels: {answer!r}")

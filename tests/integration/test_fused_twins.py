@@ -1,6 +1,6 @@
 """The fused kernels of the rest of a decode step (RMSNorm, fused residual-add + RMSNorm, SiLU x
-mul, the rotary embedding, the decode attention), as their scalar twins built for this host, and
-their plug into transformers' modules.
+mul, the rotary embedding, the decode attention, the logits' top-1), as their scalar twins built
+for this host, and their plug into transformers' modules and SGLang's.
 
 The RVV kernels are held to these twins bit for bit under qemu (tests/images/test_rvv_kernels.py);
 here the twins meet an fp64 reference on the shapes of the benchmark models, and a transformers
@@ -233,11 +233,101 @@ def _paged_call(change: dict):
     (_paged_call({"pool": torch.tensor([1, 3])}), "batch row 1 has pool index 3"),
     (_paged_call({"req_to_token": torch.zeros(3, 8, dtype=torch.int64)}), "expects a contiguous int32 req_to_token"),
     (_paged_call({"k_cache": torch.ones(21, 3, 8, dtype=torch.bfloat16)}), "q_heads a multiple of kv_heads"),
+    (lambda n: n.top1(torch.ones(2, 8, dtype=torch.float16)), "expects bfloat16 or float32 logits"),
+    (lambda n: n.top1(torch.ones(2, 0)), "with a non-empty last dim, got Float \\[2, 0\\]"),
+    (lambda n: n.top1(torch.ones(8, 2).t()), "logits's last dim must be contiguous"),
+    (lambda n: n.top1(torch.ones(3, 4, 8)[:, :2, :4]), "logits's rows are not evenly spaced"),
 ], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided", "odd head", "short table", "gqa ratio",
-        "float kv", "paged slot", "paged length", "paged pool", "paged int64 table", "paged cache shape"])
+        "float kv", "paged slot", "paged length", "paged pool", "paged int64 table", "paged cache shape",
+        "top1 dtype", "top1 empty", "top1 strided", "top1 uneven rows"])
 def test_bad_calls_raise_one_clear_line(native, call, message):
     with pytest.raises(RuntimeError, match=message):
         call(native)
+
+
+NAN, INF = float("nan"), float("inf")
+# Rows whose top-1 is decided by torch.argmax's rules: the first of equal maxima, the first NaN
+# wherever it stands, -0.0 equal to +0.0, infinities, a row of one value.
+TOP1_RULES = ([1, 3, 3, 2], [NAN, 1, NAN], [1, NAN, 5, NAN], [-INF, -INF], [-0.0, 0.0, -1], [-1, 0.0, -0.0],
+              [INF, INF, 1], [2], [-INF, NAN])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 151936), (3, 1000), (2, 1), (17,), (2, 3, 65)])
+def test_top1_is_torch_argmax(native, dtype, shape):
+    """Random rows (BF16's 8 bits give a 151,936-logit row tied maxima), each row's max copied to a
+    later place, and rows read as a slice of wider ones."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape))).to(dtype)
+    assert torch.equal(native.top1(x), torch.argmax(x, -1))
+    x[..., -1] = x.max(-1).values
+    assert torch.equal(native.top1(x), torch.argmax(x, -1))
+    wide = torch.randn(*shape[:-1], shape[-1] + 7, generator=torch.Generator().manual_seed(1)).to(dtype)
+    assert torch.equal(native.top1(wide[..., :shape[-1]]), torch.argmax(wide[..., :shape[-1]], -1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("row", TOP1_RULES, ids=str)
+def test_top1_follows_argmax_rules(native, dtype, row):
+    x = torch.tensor([row], dtype=dtype)
+    assert native.top1(x).tolist() == torch.argmax(x, -1).tolist()
+
+
+def test_argmax_takes_the_kernel_only_where_it_covers_the_call(native, monkeypatch):
+    ran = []
+    monkeypatch.setattr(fused, "top1", lambda x: ran.append(tuple(x.shape)) or native.top1(x))
+    x = torch.randn(3, 50, generator=torch.Generator().manual_seed(4))
+    covered = [((x, -1), {}), ((x,), {"dim": 1}), ((x.bfloat16(),), {"dim": -1})]
+    others = [((x, 0), {}), ((x,), {}), ((x, -1, True), {}), ((x.half(), -1), {}), ((x.double(), -1), {}),
+              ((x[:, ::2], -1), {})]
+    for args, kwargs in covered + others:
+        assert torch.equal(fused.argmax(*args, **kwargs), torch.argmax(*args, **kwargs)), (args, kwargs)
+    out = torch.empty(3, dtype=torch.long)
+    fused.argmax(x, -1, out=out)
+    assert torch.equal(out, torch.argmax(x, -1))
+    assert ran == [(3, 50)] * len(covered)
+
+
+def test_hf_greedy_generation_takes_the_top1(native, monkeypatch):
+    """The model's own _sample, rebound: each new token is the kernel's top-1, and the tokens are
+    the same; transformers' GenerationMixin keeps its code for every other model."""
+    from transformers.generation.utils import GenerationMixin
+
+    model = tiny.build_model("llama", seed=0)
+    prompt = torch.randint(0, model.config.vocab_size, (1, 5), generator=torch.Generator().manual_seed(3))
+    original = GenerationMixin._sample
+
+    def generate():
+        with torch.inference_mode():
+            return model.generate(prompt, max_new_tokens=4, do_sample=False, min_new_tokens=4)
+
+    as_built = generate()
+    picked = []
+    monkeypatch.setattr(fused, "top1", lambda x: picked.append(tuple(x.shape)) or native.top1(x))
+    assert fused.install_hf(model)["top1"] == 1
+    assert torch.equal(generate(), as_built)
+    assert picked == [(1, model.config.vocab_size)] * 4
+    assert GenerationMixin._sample is original and original.__globals__["torch"] is torch
+    fused.take_back(model)
+    picked.clear()
+    generate()
+    assert picked == []
+
+
+def test_sglangs_sampler_takes_the_top1_once(monkeypatch):
+    """SGLang's Sampler.forward, rebound once per process: its torch.argmax is the kernel's, every
+    other name its module's torch, and SGLang's module keeps torch."""
+    from sglang.srt.layers.sampler import Sampler
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    original = Sampler.forward
+    monkeypatch.setattr(Sampler, "forward", original)  # put back after the test
+    assert srt_fused._give_top1() and srt_fused._give_top1()
+    hooked = Sampler.forward
+    assert hooked.sglang_rvv_original is original and hooked.__code__ is original.__code__
+    seen = hooked.__globals__["torch"]
+    assert seen.argmax is fused.argmax and seen.float32 is torch.float32 and seen.nn is torch.nn
+    assert original.__globals__["torch"] is torch
 
 
 def _logits(model, prompt):
@@ -266,7 +356,7 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     given = fused.install_hf(model)
     layers = model.config.num_hidden_layers
     norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
-    assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers}
+    assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers, "top1": 1}
     assert _sqnr_db(_logits(model, prompt), as_built) > 30
     # The prefill's attention (6 queries) is transformers' own; the decode step's runs the kernel.
     heads, d = model.config.num_attention_heads, model.config.head_dim
@@ -281,7 +371,8 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     assert given_modules and all(isinstance(m, DirectCall) for m in given_modules)
     assert all(type(m).__name__ == classes[n].__name__ for n, m in model.named_modules())
     # Taken back: every module runs its class's forward again, as its own class.
-    assert sum(fused.take_back(m) for m in model.modules()) == norms + 2 * layers  # an attention is one module
+    # (An attention is one module; the model itself was given its greedy sampling.)
+    assert sum(fused.take_back(m) for m in model.modules()) == norms + 2 * layers + 1
     assert all("forward" not in m.__dict__ for m in model.modules())
     assert {name: type(m) for name, m in model.named_modules()} == classes
 

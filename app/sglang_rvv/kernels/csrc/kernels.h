@@ -1,6 +1,6 @@
 // The kernels of libsglang_rvv_kernels.so: the packed Linear layouts' constants, the arguments and
 // every kernel's entry, and the rest of a decode step's (RMSNorm, SiLU x mul, rotary embedding,
-// decode attention).
+// decode attention, the logits' top-1).
 //
 // app/sglang_rvv/layout.py defines the layouts; the constants below mirror it. Every layout
 // keeps the block family: a row-major [N, K] weight becomes ceil(N/32) blocks of 32 output
@@ -153,22 +153,35 @@ struct AttentionArgs {
   int64_t ls = 0;
 };
 
+// The logits' top-1 of greedy decoding, torch.argmax over the last dim: per row of n >= 1 values,
+// the index of the first NaN if the row holds one, else the first index of the row's maximum
+// (-0.0 and +0.0 equal). Exact, so the same index for every VLEN and for the twin.
+struct Top1Args {
+  const uint16_t* bf16;  // [rows, n] BF16 bits, rows ld apart; or nullptr, and
+  const float* f32;      // [rows, n] FP32, rows ld apart
+  int64_t* out;          // [rows]
+  int64_t ld, n;
+};
+
 // Rows [row_begin, row_end) of a call; calls on disjoint rows run in parallel.
 using NormKernel = void (*)(const NormArgs&, int64_t row_begin, int64_t row_end);
 using SiluMulKernel = void (*)(const SiluMulArgs&, int64_t row_begin, int64_t row_end);
 using RotaryKernel = void (*)(const RotaryArgs&, int64_t row_begin, int64_t row_end);
 // scratch: `keys` floats of the calling thread (a row's scores).
 using AttentionKernel = void (*)(const AttentionArgs&, int64_t row_begin, int64_t row_end, float* scratch);
+using Top1Kernel = void (*)(const Top1Args&, int64_t row_begin, int64_t row_end);
 
 void rmsnorm_generic(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_generic(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
 void rotary_generic(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
 void attention_generic(const AttentionArgs& args, int64_t row_begin, int64_t row_end, float* scratch);
+void top1_generic(const Top1Args& args, int64_t row_begin, int64_t row_end);
 #if defined(__riscv)
 void rmsnorm_rvv(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_rvv(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
 void rotary_rvv(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
 void attention_rvv(const AttentionArgs& args, int64_t row_begin, int64_t row_end, float* scratch);
+void top1_rvv(const Top1Args& args, int64_t row_begin, int64_t row_end);
 #endif
 
 // packed[b] = weight[32*b : 32*b+32, :] transposed, zero past row n, for b in [block_begin, block_end).

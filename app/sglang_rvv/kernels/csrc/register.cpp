@@ -38,6 +38,7 @@ struct Isa {
   SiluMulKernel silu_mul;
   RotaryKernel rotary;
   AttentionKernel attention;
+  Top1Kernel top1;
   std::string name;
 };
 
@@ -46,11 +47,11 @@ const Isa& isa() {
 #if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
       return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, rmsnorm_rvv, silu_mul_rvv,
-                 rotary_rvv, attention_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
+                 rotary_rvv, attention_rvv, top1_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
 #endif
     return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, rmsnorm_generic,
-               silu_mul_generic, rotary_generic, attention_generic, "generic"};
+               silu_mul_generic, rotary_generic, attention_generic, top1_generic, "generic"};
   }();
   return chosen;
 }
@@ -270,9 +271,8 @@ constexpr int64_t kParallelElements = 1 << 16;
 
 // t as [rows, d] rows: its row stride, when its last dim is contiguous and its rows are evenly
 // spaced (any contiguous tensor, or a column slice of one, as SGLang's gate/up halves are).
-int64_t row_stride(const at::Tensor& t, int64_t d, const char* op, const char* what) {
-  TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() >= 1 && t.size(-1) == d, "sglang_rvv_native::", op,
-              " expects a bfloat16 ", what, " whose last dim is ", d, ", got ", t.scalar_type(), " ", t.sizes());
+// (row_spacing: of any dtype; row_stride: of a bfloat16 one.)
+int64_t row_spacing(const at::Tensor& t, int64_t d, const char* op, const char* what) {
   TORCH_CHECK(t.stride(-1) == 1 || d <= 1, "sglang_rvv_native::", op, ": the ", what,
               "'s last dim must be contiguous (stride ", t.stride(-1), ")");
   int64_t ld = d, span = 0;  // span: the stride the next outer dim of more than one row must have
@@ -284,6 +284,12 @@ int64_t row_stride(const at::Tensor& t, int64_t d, const char* op, const char* w
     span = t.stride(dim) * t.size(dim);
   }
   return ld;
+}
+
+int64_t row_stride(const at::Tensor& t, int64_t d, const char* op, const char* what) {
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() >= 1 && t.size(-1) == d, "sglang_rvv_native::", op,
+              " expects a bfloat16 ", what, " whose last dim is ", d, ", got ", t.scalar_type(), " ", t.sizes());
+  return row_spacing(t, d, op, what);
 }
 
 template <class Args, class Kernel>
@@ -464,6 +470,24 @@ void decode_attention_paged(const at::Tensor& q, const at::Tensor& k_cache, cons
   });
 }
 
+// torch.argmax(logits, -1) of bfloat16 or float32 logits (any rows but a contiguous last dim): the
+// greedy sampler's next tokens, int64 [...].
+at::Tensor top1(const at::Tensor& logits) {
+  const at::ScalarType dtype = logits.scalar_type();
+  TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kFloat) && logits.dim() >= 1 && logits.size(-1) >= 1,
+              "sglang_rvv_native::top1 expects bfloat16 or float32 logits with a non-empty last dim, got ", dtype,
+              " ", logits.sizes());
+  const int64_t n = logits.size(-1), ld = row_spacing(logits, n, "top1", "logits");
+  at::Tensor out = new_output(logits.sizes().slice(0, logits.dim() - 1), at::kLong);
+  const int64_t rows = logits.numel() / n;
+  if (rows == 0) return out;
+  const bool bf16 = dtype == at::kBFloat16;
+  const Top1Args args{bf16 ? bf16_bits(logits) : nullptr, bf16 ? nullptr : logits.const_data_ptr<float>(),
+                      out.mutable_data_ptr<int64_t>(), ld, n};
+  for_rows(args, rows, n, isa().top1);
+  return out;
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -483,6 +507,7 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
   m.def("decode_attention_paged(Tensor q, Tensor k_cache, Tensor v_cache, Tensor req_to_token, Tensor pool, "
         "Tensor seq_lens, float scale, Tensor(a!) out) -> ()");
+  m.def("top1(Tensor logits) -> Tensor");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -500,4 +525,5 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("rotary_neox", &sglang_rvv::rotary_neox);
   m.impl("decode_attention", &sglang_rvv::decode_attention);
   m.impl("decode_attention_paged", &sglang_rvv::decode_attention_paged);
+  m.impl("top1", &sglang_rvv::top1);
 }

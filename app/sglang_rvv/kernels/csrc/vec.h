@@ -175,6 +175,19 @@ static inline void attention_rows(const AttentionArgs& a, int64_t row_begin, int
   }
 }
 
+// row(x, n) -> the row's top-1 index, for rows [row_begin, row_end) of a top-1 call over BF16 or
+// FP32 rows (x is the row's first value of either type): the walk both kernels take.
+template <class Row>
+static inline void top1_rows(const Top1Args& a, int64_t row_begin, int64_t row_end, Row row) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    a.out[r] = a.bf16 ? row(a.bf16 + r * a.ld, a.n) : row(a.f32 + r * a.ld, a.n);
+  }
+}
+
+// A top-1 row's value as FP32: BF16 bits widened (exact), or FP32 as it is.
+static inline float value_f32(uint16_t bits) { return bf16_to_f32(bits); }
+static inline float value_f32(float value) { return value; }
+
 // Where key j's row starts, in elements from its head's first row.
 static inline int64_t key_row(const int32_t* slots, int64_t j, int64_t stride) {
   return (slots ? static_cast<int64_t>(slots[j]) : j) * stride;
