@@ -3,8 +3,8 @@
 the image's sglang_rvv only.
 
 It builds a transformers causal LM with seeded random BF16 weights at the requested shape, installs
-the policy (or not), runs a prefill and then decode steps at M=1, and writes a mark between phases
-(a write(2) to count.c's MARK_FD, whose length is the mark number): mark 1 before the prefill,
+the policy (or not), runs a prefill and then greedy decode steps at M=1, and writes a mark between
+phases (a write(2) to count.c's MARK_FD, whose length is the mark number): mark 1 before the prefill,
 2 after it, then one after every decode step. With ``calls`` (policy on, bf16) it then calls one
 packed projection (the first o_proj, M=1) that many times through the module, as the model does,
 and then its native op as many times with the same operands, a mark after each loop: what a
@@ -111,7 +111,7 @@ def main(spec):
     import torch
 
     torch.set_num_threads(1)
-    from sglang_rvv import RvvPolicyConfig, install_rvv_policy, tiny
+    from sglang_rvv import RvvPolicyConfig, fused, install_rvv_policy, tiny
 
     overrides = dict(spec["shape"])
     arch = overrides.pop("arch")
@@ -134,6 +134,10 @@ def main(spec):
         if report.provider != "rvv":
             print(f"provider {report.provider} ({report.provider_reason}), not rvv", file=sys.stderr)
             return EXIT_NO_KERNELS
+    # Each token is picked as greedy sampling picks it: the top-1 kernel where the policy gave the
+    # model's sampling that kernel (as transformers' generate and SGLang's sampler call it), else
+    # torch's argmax.
+    top1 = fused.argmax if report is not None and report.fused_ops.get("top1") else torch.argmax
     readings = {}
     if spec.get("counters"):
         mark = reading_marks(spec["counters"], readings)
@@ -145,11 +149,11 @@ def main(spec):
         out = model(prompt, use_cache=True)
         mark(2)
         cache = out.past_key_values
-        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        token = top1(out.logits[:, -1], -1).unsqueeze(-1)
         for step in range(spec["decode_steps"]):
             out = model(token, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            token = top1(out.logits[:, -1], -1).unsqueeze(-1)
             tokens.append(int(token))
             mark(3 + step)
     if spec.get("calls") and report is not None:
