@@ -81,6 +81,12 @@ def _wait(what: str, check, timeout: float, interval: float = 1.0) -> float:
     return time.monotonic() - began
 
 
+def _whole(fleet: dict) -> bool:
+    """Whether the gateway sees every replica healthy. Under load (make test's other lane emulating
+    riscv64) it may have marked one unhealthy for a while, and then routes nothing to it."""
+    return list(gateway_workers(fleet["port"]).values()) == [True] * REPLICAS
+
+
 def _complete(port: int, prompt: str, max_tokens: int) -> dict:
     """One completion; {status, began, seconds, tokens | error}. HTTP errors are outcomes, not raised;
     a connection failure or a timeout is recorded as status 0 with its error."""
@@ -272,10 +278,8 @@ def test_a_killed_replica_fails_no_waiting_request_and_rejoins(fleet):
         os.kill(int(_inspect(containers[index], "{{.State.Pid}}")), signal.SIGKILL)  # a crash, not a stop
         return time.monotonic(), index, in_flight
 
-    # The fault starts from a whole fleet. Under load (make test's other lane emulating riscv64) the
-    # gateway may have marked a replica unhealthy for a while, and it then routes nothing to it.
-    _wait("the gateway sees every replica healthy", lambda: list(gateway_workers(fleet["port"]).values())
-          == [True] * REPLICAS, timeout=RECOVERY_S, interval=1)
+    # The fault starts from a whole fleet.
+    _wait("the gateway sees every replica healthy", lambda: _whole(fleet), timeout=RECOVERY_S, interval=1)
     with ThreadPoolExecutor(4) as pool, ThreadPoolExecutor(1) as killer:
         killed = killer.submit(kill_when_busy)
         began = time.monotonic()
@@ -326,9 +330,8 @@ def test_a_dead_scheduler_restarts_its_appliance_while_the_rejoined_replica_serv
     if len(named) != 1:
         print(f"replica {index} before the fault, restarted {_inspect(victim, '{{.RestartCount}}')} times, "
               f"{_inspect(victim, '{{.State.Health.Status}}')}:\n{top}")
-    _wait("the gateway sees every replica healthy and the victim's scheduler runs", lambda: list(
-        gateway_workers(fleet["port"]).values()) == [True] * REPLICAS and len(schedulers()[0]) == 1,
-        timeout=RECOVERY_S, interval=1)
+    _wait("the gateway sees every replica healthy and the victim's scheduler runs",
+          lambda: _whole(fleet) and len(schedulers()[0]) == 1, timeout=RECOVERY_S, interval=1)
     restarts = int(_inspect(victim, "{{.RestartCount}}"))
     scheduler = schedulers()[0]
     served_before = _served(fleet["replicas"][rejoined - 1])
