@@ -34,7 +34,8 @@ help:
 	@echo "make board-gate - the board model's count gates for every layout (make test: bf16)"
 	@echo "make board-model - count decode steps of the board models' shapes under qemu (riscv64 runtime image) and"
 	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR;"
-	@echo "              SERVING=MODEL_DIR: SGLang's serving loop of that checkpoint too, every process, per token)"
+	@echo "              SERVING=MODEL_DIR: SGLang's serving loop of that checkpoint too, every process, per token;"
+	@echo "              LM_HEAD_DTYPE=int4: lm_head in that layout in every policy-on count)"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make image-archive - make image, then podman save it to .cache/images/archives/ (a board loads it: Ansible's"
 	@echo "              sglang_rvv_build_image_archive)"
@@ -93,7 +94,8 @@ bench: venv count-setup
 
 # Like the suite, it prints only its run directory on stdout. Needs the riscv64 runtime image.
 board-model: venv count-setup
-	@$(PY) -m sglang_rvv.boardmodel $(if $(RUN),--run-dir $(RUN)) $(if $(SERVING),--serving $(SERVING))
+	@$(PY) -m sglang_rvv.boardmodel $(if $(RUN),--run-dir $(RUN)) $(if $(SERVING),--serving $(SERVING)) \
+		$(if $(LM_HEAD_DTYPE),--lm-head $(LM_HEAD_DTYPE))
 
 # The board model's gates for every layout (make test gates bf16 only: each layout is one more
 # counted process under qemu).

@@ -201,3 +201,17 @@ def test_the_m1_kernel_streams_each_packed_weight_byte_once_per_layout(layout, m
         # other kernels (norms, rotary, the decode attention's KV cache) load 0.3 % more (1.042
         # measured, exactly repeated). The baseline above holds the exact figure.
         assert 1.0 <= measured[layout]["kernel_load_bytes_per_weight_byte"] < 1.0 + 1 / 32 + 0.02
+
+
+def test_an_asked_lm_head_layout_reaches_the_guests_policy(counter, root, tmp_path):
+    """``--lm-head int4`` (what an int4 lm_head would stream less): the guest's policy, in the
+    image under qemu (uncounted: about 45 s), packs lm_head at int4 beside the int4 projections,
+    where the policy's own floor would keep it at int8."""
+    (work,) = count_run.workloads(["tiny"], ["int4"], "int4")[1:]
+    result = tmp_path / "result.json"
+    proc = subprocess.run([str(counter.qemu), "-L", str(root), "-cpu", counter.qemu_cpu,
+                           str(root / rootfs.VENV / "bin" / "python"), str(count_run.GUEST),
+                           json.dumps(count_run.spec(work, result))],
+                          env=count_run.environment(), capture_output=True, text=True, timeout=900)
+    layouts = count_run.outcome(work, proc, result)["report"]["layouts"]
+    assert layouts.pop("lm_head") == "int4" and set(layouts.values()) == {"int4"}, layouts

@@ -4,6 +4,7 @@ arithmetic, the rootfs symlink rewrite and the pinned-input refusals (no qemu ne
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 import pytest
 
@@ -324,3 +325,15 @@ def test_a_served_token_is_the_main_threads_count_and_the_others_less_their_poll
     assert threads[5]["per_token"] == 0
     assert out["scheduler"]["thread_estimate"] == pytest.approx(10_125_000)
     assert "threads" not in out["http"]  # a table without thread rows (a plugin without threads=1)
+
+
+def test_an_lm_head_layout_names_the_workload_and_needs_the_policy():
+    from sglang_rvv.bench.report import board
+
+    off, int4 = run.workloads(["tiny"], ["int4"], "int4")
+    assert (off.label, int4.label) == ("tiny-off", "tiny-int4-lm_head-int4")
+    assert run.spec(int4, "result.json")["lm_head_dtype"] == "int4"
+    assert run.workloads(["tiny"], ["int4"])[1].label == "tiny-int4"
+    assert board.layout(asdict(int4)) == "int4, lm_head int4" and board.layout(asdict(off)) == "off (F.linear)"
+    with pytest.raises(run.ToolError, match=r"tiny-off-lm_head-int4: lm_head_dtype='int4' needs the policy on"):
+        run.Workload("tiny", policy=False, lm_head_dtype="int4")

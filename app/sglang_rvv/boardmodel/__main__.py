@@ -56,6 +56,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="*", default=list(run.BENCH_SHAPES),
                         help="the shapes whose decode steps are counted (none: --serving alone)")
     parser.add_argument("--layouts", nargs="+", default=list(WEIGHT_DTYPES), choices=WEIGHT_DTYPES)
+    run.add_lm_head_option(parser)
     parser.add_argument("--run-dir", type=Path, help="write into this run directory (default: "
                                                       "results/<host>/<UTC timestamp>)")
     parser.add_argument("--image", help=f"the riscv64 runtime image (default {rootfs.image_name()})")
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
         scratch = run.scratch_dir()
         tool.check_loads_plugin(counter, scratch, root / "usr/bin/true", root)
         results, skipped = [], {}
-        for work in run.workloads(args.shapes, args.layouts):
+        for work in run.workloads(args.shapes, args.layouts, args.lm_head):
             print(f"boardmodel: counting {work.label}", file=sys.stderr, flush=True)
             try:
                 results.append(priced(run.count(counter, root, work, scratch)))

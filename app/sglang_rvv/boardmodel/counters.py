@@ -64,6 +64,7 @@ def main(argv=None) -> int:
                         help="tiny, or shapes of the lock's [tools.count.shapes] (default: make bench's)")
     parser.add_argument("--layouts", nargs="*", default=list(WEIGHT_DTYPES), choices=WEIGHT_DTYPES,
                         help="the policy's layouts after the policy off (none: the policy off only)")
+    run.add_lm_head_option(parser)
     parser.add_argument("--events", default=",".join(perfcounters.HARDWARE),
                         help=f"comma-separated, of {', '.join(perfcounters.EVENTS)} (default %(default)s)")
     parser.add_argument("--lock", type=Path, default=LOCK,
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
         for name in args.shapes:
             run.shape(name, pinned)
         with tempfile.TemporaryDirectory(prefix="sglang-rvv-counters-") as scratch:
-            for work in run.workloads(args.shapes, args.layouts):
+            for work in run.workloads(args.shapes, args.layouts, args.lm_head):
                 print(f"counters: measuring {work.label}", file=sys.stderr, flush=True)
                 try:
                     results.append(measure(work, events, Path(scratch), pinned))

@@ -126,6 +126,12 @@ def main(spec):
                       "weight_dtype", file=sys.stderr)
                 return EXIT_LAYOUT_MISSING
             options["weight_dtype"] = spec["weight_dtype"]
+        if spec.get("lm_head_dtype"):
+            if "lm_head_dtype" not in fields:
+                print(f"lm_head {spec['lm_head_dtype']}: the image's RvvPolicyConfig has no lm_head_dtype",
+                      file=sys.stderr)
+                return EXIT_LAYOUT_MISSING
+            options["lm_head_dtype"] = spec["lm_head_dtype"]
         report = install_rvv_policy(model, RvvPolicyConfig(**options))
         if not report.packed:
             print(f"the policy packed no projection at this shape ({report.skipped}); the kernels "

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..kernels import gate
+from ..layout import WEIGHT_DTYPES
 from . import counts, guest, rootfs
 from .tool import CACHE, Tool, ToolError, lock
 
@@ -33,6 +34,7 @@ class Workload:
     name: str                 # a shape name: "tiny" or a [tools.count.shapes] key
     policy: bool
     weight_dtype: str = "bf16"
+    lm_head_dtype: str | None = None  # the policy's lm_head_dtype; None: its default (never below int8)
     prompt_len: int = 4
     decode_steps: int = 2
     seed: int = 0
@@ -42,10 +44,13 @@ class Workload:
         if self.calls and not (self.policy and self.weight_dtype == "bf16"):
             raise ToolError(f"{self.label}: projection calls are counted on the bf16 packed route only "
                             "(policy on, weight_dtype bf16)")
+        if self.lm_head_dtype is not None and not self.policy:
+            raise ToolError(f"{self.label}: lm_head_dtype={self.lm_head_dtype!r} needs the policy on")
 
     @property
     def label(self) -> str:
-        return f"{self.name}-{self.weight_dtype if self.policy else 'off'}"
+        lm_head = f"-lm_head-{self.lm_head_dtype}" if self.lm_head_dtype else ""
+        return f"{self.name}-{self.weight_dtype if self.policy else 'off'}{lm_head}"
 
 
 def shape(name: str, pinned: dict | None = None) -> dict:
@@ -73,8 +78,8 @@ def spec(work: Workload, result: Path, pinned: dict | None = None, **extra) -> d
     """The guest's argument (guest.py): the workload's shape and settings, where to write its
     result, and ``extra`` (the board's counters)."""
     return {"shape": shape(work.name, pinned), "policy": work.policy, "weight_dtype": work.weight_dtype,
-            "prompt_len": work.prompt_len, "decode_steps": work.decode_steps, "seed": work.seed,
-            "calls": work.calls, "result": str(result), **extra}
+            "lm_head_dtype": work.lm_head_dtype, "prompt_len": work.prompt_len, "decode_steps": work.decode_steps,
+            "seed": work.seed, "calls": work.calls, "result": str(result), **extra}
 
 
 def outcome(work: Workload, proc: subprocess.CompletedProcess, result: Path) -> dict:
@@ -136,13 +141,21 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
                        for name, c in phases.items()}}
 
 
-def workloads(shapes, layouts) -> list[Workload]:
-    """Each shape with the policy off (F.linear), then on in each layout."""
+def workloads(shapes, layouts, lm_head: str | None = None) -> list[Workload]:
+    """Each shape with the policy off (F.linear), then on in each layout, its lm_head in ``lm_head``
+    (None: the policy's default)."""
     out = []
     for name in shapes:
         out.append(Workload(name, policy=False))
-        out.extend(Workload(name, policy=True, weight_dtype=d) for d in layouts)
+        out.extend(Workload(name, policy=True, weight_dtype=d, lm_head_dtype=lm_head) for d in layouts)
     return out
+
+
+def add_lm_head_option(parser) -> None:
+    """The counting commands' ``--lm-head``: lm_head's layout in every policy-on workload."""
+    parser.add_argument("--lm-head", choices=WEIGHT_DTYPES,
+                        help="lm_head's layout in every policy-on workload (default: the policy's, the "
+                             "layout's but never below int8); its label gains -lm_head-LAYOUT")
 
 
 def scratch_dir() -> Path:

@@ -29,7 +29,10 @@ def load(run_dir: Path, name: str = FILE) -> dict | None:
 
 
 def layout(workload: dict) -> str:
-    return workload["weight_dtype"] if workload["policy"] else "off (F.linear)"
+    if not workload["policy"]:
+        return "off (F.linear)"
+    lm_head = workload.get("lm_head_dtype")
+    return f"{workload['weight_dtype']}, lm_head {lm_head}" if lm_head else workload["weight_dtype"]
 
 
 def grouped(per_component: dict, key: str) -> dict[str, float]:
