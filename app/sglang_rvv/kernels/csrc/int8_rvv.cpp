@@ -4,7 +4,8 @@
 //
 // Per K step and row tile: one e8m1 load of 32 int8 lanes (32 bytes: half the bytes of BF16),
 // vsext.vf2 + vfwcvt to FP32 (exact), one vfmacc per row. K is unrolled by two so both loads
-// issue first; one prefetch per 64-byte line. Registers with 4 rows: 16 for the sums, 2 for the
+// issue first, and both widenings come before both fmas (keep_widened: two vtypes per two K
+// steps, not four); one prefetch per 64-byte line. Registers with 4 rows: 16 for the sums, 2 for the
 // loaded rows, 4 for the widening.
 
 #include "kernels.h"
@@ -28,8 +29,10 @@ struct Int8 {
     for (; i + 2 <= n; i += 2) {
       prefetch_r(w + i * kBlockN + kPrefetchBytes);
       const vint8m1_t q0 = row(i), q1 = row(i + 1);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i, i8_to_f32_m4(q0, vl), vl);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 1, i8_to_f32_m4(q1, vl), vl);
+      vfloat32m4_t f0 = i8_to_f32_m4(q0, vl), f1 = i8_to_f32_m4(q1, vl);
+      keep_widened(f0, f1);
+      fma_rows<R>(c0, c1, c2, c3, x, ldx, i, f0, vl);
+      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 1, f1, vl);
     }
     if (i < n) fma_rows<R>(c0, c1, c2, c3, x, ldx, i, i8_to_f32_m4(row(i), vl), vl);
   }
