@@ -267,7 +267,7 @@ static inline vfloat32m4_t i16_to_f32_m4(vint16m2_t q, size_t vl) { return __ris
 // Two widened weight vectors, held as they are until both exist: an empty asm that "writes" both,
 // so the compiler's scheduler cannot sink a widening (e16) between the fmas (e32) it feeds. Each
 // vtype switch is a vsetvli, a scalar instruction per K step that the widening beside its fma
-// cost (int4: 12 per four K steps, now 5; int8: 4 per two, now 2). No instruction is emitted.
+// cost (int4: 12 per four K steps, now 5; int8: 8 per four, now 4). No instruction is emitted.
 static inline void keep_widened(vfloat32m4_t& a, vfloat32m4_t& b) { __asm__("" : "+vr"(a), "+vr"(b)); }
 
 // c_r += x[r * ldx + i] * w for the R rows of a tile (one vfmacc each): one K step, the weight
