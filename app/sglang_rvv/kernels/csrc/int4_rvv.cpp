@@ -31,16 +31,10 @@ struct Int4 {
       prefetch_r(w + (i / 2) * kBlockN + kPrefetchBytes);
       const vuint8m1_t p0 = pairs(i), p1 = pairs(i + 2);
       // All four unpacks first (e8), then two widenings (e16) before their two fmas (e32), twice:
-      // five vtypes per four K steps (keep_widened).
+      // five vtypes per four K steps (fma_rows_pair).
       const vint16m2_t q0 = int4_low(p0, vl), q1 = int4_high(p0, vl), q2 = int4_low(p1, vl), q3 = int4_high(p1, vl);
-      vfloat32m4_t f0 = i16_to_f32_m4(q0, vl), f1 = i16_to_f32_m4(q1, vl);
-      keep_widened(f0, f1);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i, f0, vl);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 1, f1, vl);
-      vfloat32m4_t f2 = i16_to_f32_m4(q2, vl), f3 = i16_to_f32_m4(q3, vl);
-      keep_widened(f2, f3);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 2, f2, vl);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 3, f3, vl);
+      fma_rows_pair<R>(c0, c1, c2, c3, x, ldx, i, i16_to_f32_m4(q0, vl), i16_to_f32_m4(q1, vl), vl);
+      fma_rows_pair<R>(c0, c1, c2, c3, x, ldx, i + 2, i16_to_f32_m4(q2, vl), i16_to_f32_m4(q3, vl), vl);
     }
     for (; i + 2 <= n; i += 2) {
       const vuint8m1_t p = pairs(i);

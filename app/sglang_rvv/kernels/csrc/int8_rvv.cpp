@@ -4,7 +4,7 @@
 //
 // Per K step and row tile: one e8m1 load of 32 int8 lanes (32 bytes: half the bytes of BF16),
 // vsext.vf2 + vfwcvt to FP32 (exact), one vfmacc per row. K is unrolled by four so the loads
-// issue first, and each two widenings come before their two fmas (keep_widened: four vtypes per
+// issue first, and each two widenings come before their two fmas (fma_rows_pair: four vtypes per
 // four K steps, not eight; unrolled by two, the asm cost a vmv.v.v of the sums at LMUL 4 per two
 // steps); one prefetch per 64-byte line. Registers with 4 rows: 16 for the sums, 4 for the
 // loaded rows, 2 for an int16 row and 8 for two widened ones (2 spare).
@@ -31,14 +31,8 @@ struct Int8 {
       prefetch_r(w + i * kBlockN + kPrefetchBytes);
       prefetch_r(w + (i + 2) * kBlockN + kPrefetchBytes);
       const vint8m1_t q0 = row(i), q1 = row(i + 1), q2 = row(i + 2), q3 = row(i + 3);
-      vfloat32m4_t f0 = i8_to_f32_m4(q0, vl), f1 = i8_to_f32_m4(q1, vl);
-      keep_widened(f0, f1);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i, f0, vl);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 1, f1, vl);
-      vfloat32m4_t f2 = i8_to_f32_m4(q2, vl), f3 = i8_to_f32_m4(q3, vl);
-      keep_widened(f2, f3);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 2, f2, vl);
-      fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 3, f3, vl);
+      fma_rows_pair<R>(c0, c1, c2, c3, x, ldx, i, i8_to_f32_m4(q0, vl), i8_to_f32_m4(q1, vl), vl);
+      fma_rows_pair<R>(c0, c1, c2, c3, x, ldx, i + 2, i8_to_f32_m4(q2, vl), i8_to_f32_m4(q3, vl), vl);
     }
     for (; i + 2 <= n; i += 2) {
       prefetch_r(w + i * kBlockN + kPrefetchBytes);

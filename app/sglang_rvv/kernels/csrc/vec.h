@@ -264,12 +264,6 @@ static inline vint16m2_t int4_high(vuint8m1_t pairs, size_t vl) {
 // vl int16 values (e16m2) as FP32 (e32m4), exact: the widening vfwcvt.
 static inline vfloat32m4_t i16_to_f32_m4(vint16m2_t q, size_t vl) { return __riscv_vfwcvt_f_x_v_f32m4(q, vl); }
 
-// Two widened weight vectors, held as they are until both exist: an empty asm that "writes" both,
-// so the compiler's scheduler cannot sink a widening (e16) between the fmas (e32) it feeds. Each
-// vtype switch is a vsetvli, a scalar instruction per K step that the widening beside its fma
-// cost (int4: 12 per four K steps, now 5; int8: 8 per four, now 4). No instruction is emitted.
-static inline void keep_widened(vfloat32m4_t& a, vfloat32m4_t& b) { __asm__("" : "+vr"(a), "+vr"(b)); }
-
 // c_r += x[r * ldx + i] * w for the R rows of a tile (one vfmacc each): one K step, the weight
 // vector loaded and widened once for all R rows. Only the *_rvv.cpp files instantiate it.
 template <int R>
@@ -280,6 +274,18 @@ static inline void fma_rows(vfloat32m4_t& c0, vfloat32m4_t& c1, vfloat32m4_t& c2
   if constexpr (R > 1) c1 = __riscv_vfmacc_vf_f32m4(c1, x[ldx + i], w, vl);
   if constexpr (R > 2) c2 = __riscv_vfmacc_vf_f32m4(c2, x[2 * ldx + i], w, vl);
   if constexpr (R > 3) c3 = __riscv_vfmacc_vf_f32m4(c3, x[3 * ldx + i], w, vl);
+}
+
+// fma_rows for K steps i and i + 1, their weight vectors widened before either fma: an empty asm
+// "writes" both, so the compiler's scheduler cannot sink a widening (e16) between the fmas (e32).
+// Each vtype switch is a scalar vsetvli; a widening beside each fma took 12 of them per four int4
+// K steps (now 5) and 8 per four int8 steps (now 4).
+template <int R>
+static inline void fma_rows_pair(vfloat32m4_t& c0, vfloat32m4_t& c1, vfloat32m4_t& c2, vfloat32m4_t& c3,
+                                 const float* x, int64_t ldx, int64_t i, vfloat32m4_t w0, vfloat32m4_t w1, size_t vl) {
+  __asm__("" : "+vr"(w0), "+vr"(w1));
+  fma_rows<R>(c0, c1, c2, c3, x, ldx, i, w0, vl);
+  fma_rows<R>(c0, c1, c2, c3, x, ldx, i + 1, w1, vl);
 }
 
 // prefetch.r 0(p) (Zicbop): ORI with rd = x0 and imm = 1 is that hint's encoding, written as an
