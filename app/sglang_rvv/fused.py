@@ -1,12 +1,14 @@
 """The rest of a decode step on the RVV kernel library: RMSNorm (the residual add fused in), SiLU x
-mul, the rotary embedding, the decode attention and the logits' top-1 (greedy sampling), each one
-native call in place of the scalar torch ops it replaces.
+mul, the rotary embedding, the decode attention, the logits' top-1 (greedy sampling) and their
+widening to FP32 (SGLang's sampler takes FP32), each one native call in place of the scalar torch
+ops it replaces.
 
 Debian's riscv64 torch runs every op outside the projections scalar, and on the board's in-order
 core each op's dispatch costs tens of thousands of instructions: a Qwen3-0.6B decode step runs
 113 RMSNorms of ~8 ops each, 28 rotary embeddings of ~16, and 28 attentions whose scalar sdpa
-costs ~470 k instructions each; the argmax over Qwen3's 151,936 logits 1.4-2.4 M. The kernels
-(``kernels/csrc/rmsnorm_*``, ``silu_mul_*``, ``rotary_*``, ``attention_*``, ``top1_*``) run where
+costs ~470 k instructions each; the argmax over Qwen3's 151,936 logits 1.4-2.4 M, and their
+``.float()`` about 2.3 M (a memcpy call per 16 values). The kernels (``kernels/csrc/rmsnorm_*``,
+``silu_mul_*``, ``rotary_*``, ``attention_*``, ``top1_*``, ``widen_*``) run where
 the chosen provider is ``rvv`` and the loaded library has them; :func:`available` says why not
 otherwise, and ``SGLANG_RVV_FUSED_OPS=0`` turns them off for A/B runs. A library built before them
 falls back to torch's ops with one warning line.
@@ -38,7 +40,7 @@ from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention",
-              "decode_attention_paged", "top1")
+              "decode_attention_paged", "top1", "widen", "store_kv")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
@@ -68,12 +70,13 @@ def available() -> tuple[bool, str]:
     missing = [op for op in NATIVE_OPS if not hasattr(torch.ops.sglang_rvv_native, op)]
     if missing:
         why = (f"the kernel library has no sglang_rvv_native::{', '.join(missing)} (built before them); "
-               "RMSNorm, SiLU x mul, the rotary embedding, attention and the top-1 run torch's ops: rebuild it with "
+               "RMSNorm, SiLU x mul, the rotary embedding, attention, the top-1, the logits' widening and the "
+               "KV cache store run torch's ops: rebuild it with "
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox, decode_attention (paged too) and top1 from "
-                  f"the rvv kernel library ({provider.NAME})")
+    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox, decode_attention (paged too), top1, widen "
+                  f"and store_kv from the rvv kernel library ({provider.NAME})")
 
 
 def module_tensor(module: torch.nn.Module, name: str) -> torch.Tensor | None:
@@ -202,6 +205,40 @@ def argmax(input: torch.Tensor, dim: int | None = None, keepdim: bool = False, *
     if last and not keepdim and not kwargs and top1_servable(input):
         return top1(input)
     return torch.argmax(input, dim, keepdim, **kwargs)
+
+
+def widen_servable(logits: torch.Tensor) -> bool:
+    """Whether :func:`widen` may take ``logits``: bfloat16 on the CPU outside autograd, a contiguous
+    last dim (the op checks that the rows are evenly spaced)."""
+    return (logits.dtype is torch.bfloat16 and logits.is_cpu and logits.dim() >= 1 and logits.stride(-1) == 1
+            and not (logits.requires_grad and torch.is_grad_enabled()))
+
+
+def widen(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.float()`` (the same bits), contiguous."""
+    return torch.ops.sglang_rvv_native.widen(logits)
+
+
+def store_kv_servable(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      loc: torch.Tensor) -> bool:
+    """Whether :func:`store_kv` may take SGLang's KV store: k and v [tokens, kv_heads, d] with each
+    token's row contiguous, contiguous caches [cache rows, kv_heads, d] of their dtype, all on the
+    CPU outside autograd, and contiguous int64 slots [tokens]. (The op checks every slot itself.)"""
+    if not (loc.dtype is torch.int64 and loc.dim() == 1 and loc.is_contiguous() and loc.is_cpu):
+        return False
+    for src, cache in ((k, k_cache), (v, v_cache)):
+        if not (src.dim() == 3 and cache.dim() == 3 and src.shape[0] == loc.shape[0]
+                and src.shape[1:] == cache.shape[1:] and src.dtype is cache.dtype and src.is_cpu and cache.is_cpu
+                and cache.is_contiguous() and src.stride(2) == 1 and src.stride(1) == src.shape[2]):
+            return False
+        if torch.is_grad_enabled() and (src.requires_grad or cache.requires_grad):
+            return False
+    return True
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor) -> None:
+    """``k_cache[loc] = k`` and ``v_cache[loc] = v``, one row copy per token."""
+    torch.ops.sglang_rvv_native.store_kv(k, v, k_cache, v_cache, loc)
 
 
 class _TorchWithTop1:

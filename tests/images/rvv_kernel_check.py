@@ -123,6 +123,8 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
                lambda shape=(q, kv, lengths, d): check_paged_attention(*shape)) for q, kv, lengths, d in PAGED_SHAPES]
     cases += [(f"top1 n={n} {dtype}", lambda n=n, dtype=dtype: check_top1(n, dtype))
               for n in TOP1_VOCABULARIES for dtype in ("float32", "bfloat16")]
+    cases += [(f"widen n={n}", lambda n=n: check_widen(n)) for n in TOP1_VOCABULARIES]
+    cases += [("widen every bf16", check_widen_every_value)]
     if mode == "full":
         cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf),
                   ("native entry", check_native_entry)]
@@ -259,6 +261,21 @@ def check_top1(n: int, dtype: str) -> dict:
     x[2, -2:] = torch.tensor([-0.0, 0.0])
     got = native().top1(x)
     return {"equal": torch.equal(got, torch.argmax(x, -1)), "digest": digest(got)}
+
+
+def check_widen(n: int) -> dict:
+    """Three rows of a wider tensor (strided) of BF16 logits widened to FP32: torch's .float()'s bits."""
+    x = (_randn(3, n + 3, seed=n * 5).float() * 4).bfloat16()[:, :n]
+    got = native().widen(x)
+    return {"equal": got.is_contiguous() and torch.equal(got.view(torch.int32), x.float().view(torch.int32)),
+            "digest": digest(got)}
+
+
+def check_widen_every_value() -> dict:
+    """All 65,536 BF16 bit patterns (NaN payloads, infinities, subnormals, -0.0), as 256 rows."""
+    every = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).view(256, 256)
+    got = native().widen(every)
+    return {"equal": torch.equal(got.view(torch.int32), every.float().view(torch.int32)), "digest": digest(got)}
 
 
 FUSED_CHECKS = {"norm": check_norm, "addnorm": check_addnorm, "silu_mul": check_silu_mul}

@@ -127,9 +127,11 @@ def test_every_projection_takes_the_packed_route_with_the_rvv_provider(served):
     # SGLang's RMSNorm, SiluAndMul and RotaryEmbedding ops run the library's fused kernels: the
     # tiny Llama's 2 layers have 2 norms each, plus the final one, and one SiLU-gated MLP each;
     # SGLang's get_rope gives both layers one RotaryEmbedding. Both layers' RadixAttention decode
-    # through the paged attention kernel (torch_native's loop replaced), and the greedy sampler
-    # picks each token with the top-1 kernel.
-    assert report["fused_ops"] == {"attention": 2, "rmsnorm": 5, "rotary": 1, "silu_mul": 2, "top1": 1}, (
+    # through the paged attention kernel (torch_native's loop replaced), the logits are widened to
+    # FP32 by the widening kernel, the greedy sampler picks each token with the top-1 kernel, and
+    # each layer's K and V rows go into the KV cache by the row store.
+    assert report["fused_ops"] == {"attention": 2, "rmsnorm": 5, "rotary": 1, "silu_mul": 2, "top1": 1,
+                                   "widen": 1, "kv_store": 1}, (
         report.get("fused_ops"), report.get("fused_reason"))
     logs = subprocess.run(["podman", "logs", compose_container()], capture_output=True, text=True)
     assert "provider=rvv" in logs.stdout + logs.stderr  # the policy's startup line

@@ -1,6 +1,7 @@
 """The fused kernels of the rest of a decode step (RMSNorm, fused residual-add + RMSNorm, SiLU x
-mul, the rotary embedding, the decode attention, the logits' top-1), as their scalar twins built
-for this host, and their plug into transformers' modules and SGLang's.
+mul, the rotary embedding, the decode attention, the logits' top-1 and widening, and SGLang's KV
+store), as their scalar twins built for this host, and their plug into transformers' modules and
+SGLang's.
 
 The RVV kernels are held to these twins bit for bit under qemu (tests/images/test_rvv_kernels.py);
 here the twins meet an fp64 reference on the shapes of the benchmark models, and a transformers
@@ -207,6 +208,14 @@ def _paged_call(change: dict):
     return lambda n: n.decode_attention_paged(*args.values(), 1.0, out)
 
 
+def _kv_store_call(change: dict):
+    """A store_kv call over 20 cache rows of 2 heads x 8, with ``change``'s arguments instead."""
+    args = {"k": torch.ones(2, 2, 8, dtype=torch.bfloat16), "v": torch.ones(2, 2, 8, dtype=torch.bfloat16),
+            "k_cache": torch.zeros(20, 2, 8, dtype=torch.bfloat16),
+            "v_cache": torch.zeros(20, 2, 8, dtype=torch.bfloat16), "loc": torch.tensor([3, 4]), **change}
+    return lambda n: n.store_kv(**args)
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda n: n.rmsnorm(torch.ones(4, 8), torch.ones(8, dtype=torch.bfloat16), 1e-6), "expects a bfloat16 input"),
     (lambda n: n.rmsnorm(torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(6, dtype=torch.bfloat16), 1e-6),
@@ -237,12 +246,42 @@ def _paged_call(change: dict):
     (lambda n: n.top1(torch.ones(2, 0)), "with a non-empty last dim, got Float \\[2, 0\\]"),
     (lambda n: n.top1(torch.ones(8, 2).t()), "logits's last dim must be contiguous"),
     (lambda n: n.top1(torch.ones(3, 4, 8)[:, :2, :4]), "logits's rows are not evenly spaced"),
+    (lambda n: n.widen(torch.ones(2, 8)), "widen expects a bfloat16 logits whose last dim is 8, got Float"),
+    (lambda n: n.widen(torch.ones(8, 2, dtype=torch.bfloat16).t()), "logits's last dim must be contiguous"),
+    (_kv_store_call({"loc": torch.tensor([3, 40])}), "token 1 has slot 40, outside the cache's 20 rows"),
+    (_kv_store_call({"loc": torch.tensor([3, -1])}), "token 1 has slot -1"),
+    (_kv_store_call({"loc": torch.tensor([3, 4], dtype=torch.int32)}), "expects contiguous int64 slots"),
+    (_kv_store_call({"v": torch.ones(2, 2, 8)}), "of their dtype, 2 slots; got Float"),
+    (_kv_store_call({"k": torch.ones(2, 8, 2, dtype=torch.bfloat16).transpose(1, 2)}), "contiguous rows"),
 ], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided", "odd head", "short table", "gqa ratio",
         "float kv", "paged slot", "paged length", "paged pool", "paged int64 table", "paged cache shape",
-        "top1 dtype", "top1 empty", "top1 strided", "top1 uneven rows"])
+        "top1 dtype", "top1 empty", "top1 strided", "top1 uneven rows", "widen dtype", "widen strided",
+        "kv slot past", "kv slot negative", "kv int32 slots", "kv dtype", "kv strided rows"])
 def test_bad_calls_raise_one_clear_line(native, call, message):
     with pytest.raises(RuntimeError, match=message):
         call(native)
+
+
+def test_store_kv_writes_the_rows_index_put_writes(native):
+    """Each token's K and V rows land in their slots, as ``cache[loc] = rows`` puts them, from rows
+    a token stride apart (a slice of SGLang's fused qkv); the other rows keep their values."""
+    k_cache, v_cache = _randn(20, 2, 8, seed=1), _randn(20, 2, 8, seed=2)
+    qkv = _randn(3, 3, 2, 8, seed=3)
+    k, v, loc = qkv[:, 1], qkv[:, 2], torch.tensor([7, 0, 19])
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want_k[loc], want_v[loc] = k, v
+    native.store_kv(k, v, k_cache, v_cache, loc)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+    native.store_kv(k[:0], v[:0], k_cache, v_cache, loc[:0])  # no token: nothing to store
+    assert torch.equal(k_cache, want_k)
+
+
+def test_store_kv_refuses_a_bad_slot_before_writing_any_row(native):
+    k_cache, v_cache = torch.zeros(20, 2, 8, dtype=torch.bfloat16), torch.zeros(20, 2, 8, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="token 1 has slot 20"):
+        native.store_kv(torch.ones(2, 2, 8, dtype=torch.bfloat16), torch.ones(2, 2, 8, dtype=torch.bfloat16),
+                        k_cache, v_cache, torch.tensor([3, 20]))
+    assert not k_cache.any() and not v_cache.any()
 
 
 NAN, INF = float("nan"), float("inf")
@@ -270,6 +309,21 @@ def test_top1_is_torch_argmax(native, dtype, shape):
 def test_top1_follows_argmax_rules(native, dtype, row):
     x = torch.tensor([row], dtype=dtype)
     assert native.top1(x).tolist() == torch.argmax(x, -1).tolist()
+
+
+@pytest.mark.parametrize("shape", [(1, 151936), (3, 1000), (2, 1), (17,), (2, 3, 65), (0, 8)])
+def test_widen_is_torchs_float(native, shape):
+    """Every BF16 bit pattern's widening (NaN payloads, infinities, subnormals, -0.0) as torch's
+    .float() gives it, bit for bit; random rows, and rows read as a slice of wider ones."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape))).bfloat16()
+    got = native.widen(x)
+    assert got.dtype is torch.float32 and got.is_contiguous() and torch.equal(got.view(torch.int32),
+                                                                                x.float().view(torch.int32))
+    wide = torch.randn(*shape[:-1], shape[-1] + 7, generator=torch.Generator().manual_seed(1)).bfloat16()
+    assert torch.equal(native.widen(wide[..., :shape[-1]]).view(torch.int32),
+                       wide[..., :shape[-1]].float().view(torch.int32))
+    every = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).view(256, 256)
+    assert torch.equal(native.widen(every).view(torch.int32), every.float().view(torch.int32))
 
 
 def test_argmax_takes_the_kernel_only_where_it_covers_the_call(native, monkeypatch):
@@ -328,6 +382,73 @@ def test_sglangs_sampler_takes_the_top1_once(monkeypatch):
     seen = hooked.__globals__["torch"]
     assert seen.argmax is fused.argmax and seen.float32 is torch.float32 and seen.nn is torch.nn
     assert original.__globals__["torch"] is torch
+
+
+def test_sglangs_logits_are_widened_by_the_kernel_once(native, monkeypatch):
+    """SGLang's LogitsProcessor._copy_logits_to_buffer, hooked once per process: BF16 logits padded
+    past the vocabulary come back FP32, cut to it, the same bits as the original's .float(); into a
+    graph's buffer too; FP32 logits and a call the kernel does not cover go to the original alone."""
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    original = LogitsProcessor._copy_logits_to_buffer
+    monkeypatch.setattr(LogitsProcessor, "_copy_logits_to_buffer", original)  # put back after the test
+    widened = []
+    monkeypatch.setattr(fused, "widen", lambda x: widened.append(tuple(x.shape)) or native.widen(x))
+    srt_fused._give_widen()
+    srt_fused._give_widen()
+    hooked = LogitsProcessor._copy_logits_to_buffer
+    assert hooked.sglang_rvv_original is original
+    processor = SimpleNamespace(vocab_size=1000)
+    logits = torch.randn(2, 1024, generator=torch.Generator().manual_seed(5)).bfloat16()
+    no_buffer = SimpleNamespace(next_token_logits_buffer=None)
+    want = original(processor, logits, no_buffer)
+    got = hooked(processor, logits, no_buffer)
+    assert got.dtype is torch.float32 and got.shape == (2, 1000) and torch.equal(got, want)
+    buffer = torch.empty(2, 1000)
+    got = hooked(processor, logits, SimpleNamespace(next_token_logits_buffer=buffer))
+    assert got is buffer and torch.equal(buffer, want)
+    assert widened == [(2, 1000)] * 2
+    for other in (logits.float(), logits.half(), logits[:, ::2]):
+        assert torch.equal(hooked(processor, other, no_buffer), original(processor, other, no_buffer))
+    assert widened == [(2, 1000)] * 2
+
+
+def test_sglangs_kv_pool_stores_rows_by_the_op_once(native, monkeypatch):
+    """SGLang's MHATokenToKVPool._store_kv_layer, rebound once per process: its _set_kv_buffer_impl
+    is the row store where that covers the call, SGLang's own otherwise, and the cache rows are the
+    same either way; SGLang's module keeps its function."""
+    from types import SimpleNamespace
+
+    from sglang.srt.mem_cache import memory_pool
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    original = MHATokenToKVPool._store_kv_layer
+    monkeypatch.setattr(MHATokenToKVPool, "_store_kv_layer", original)  # put back after the test
+    stored = []
+    monkeypatch.setattr(fused, "store_kv", lambda *a: stored.append(tuple(a[0].shape)) or native.store_kv(*a))
+    assert srt_fused._give_kv_store() and srt_fused._give_kv_store()
+    hooked = MHATokenToKVPool._store_kv_layer
+    assert hooked.sglang_rvv_original is original and hooked.__code__ is original.__code__
+    assert original.__globals__["_set_kv_buffer_impl"] is memory_pool._set_kv_buffer_impl
+
+    def pool():
+        return SimpleNamespace(kv_cache_layout="nhd", k_buffer=[_randn(20, 2, 8, seed=1)],
+                               v_buffer=[_randn(20, 2, 8, seed=2)], row_dim=16, v_row_dim=16,
+                               store_dtype=torch.bfloat16, device_module=torch.cpu, size=19, page_size=1,
+                               alt_stream=None)
+    for k, v, loc in [(_randn(2, 2, 8, seed=3), _randn(2, 2, 8, seed=4), torch.tensor([5, 11])),
+                      (_randn(2, 2, 8, seed=3), _randn(2, 2, 8, seed=4), torch.tensor([5, 11], dtype=torch.int32))]:
+        ours, theirs = pool(), pool()
+        hooked(ours, 0, loc, k, v)
+        original(theirs, 0, loc, k, v)
+        assert torch.equal(ours.k_buffer[0], theirs.k_buffer[0]) and torch.equal(ours.v_buffer[0], theirs.v_buffer[0])
+    assert stored == [(2, 2, 8)]  # the int32 slots went to SGLang's own store
 
 
 def _logits(model, prompt):

@@ -9,7 +9,8 @@ are the opaque ops themselves). Besides bf16 the library implements the int8 and
 (``pack_quantized`` / ``linear_quantized``, physical form ``(qweight, scales)`` as in
 :mod:`sglang_rvv.layout`); a library built before them lacks their ops, and
 :func:`layout_refusal` says so. The library also holds the rest of a decode step's kernels
-(RMSNorm, SiLU x mul), which :mod:`sglang_rvv.fused` calls.
+(RMSNorm, SiLU x mul, the rotary embedding, the decode attention, the logits' top-1 and widening)
+and SGLang's KV store, which :mod:`sglang_rvv.fused` calls.
 
 The library is looked for at ``$SGLANG_RVV_KERNELS_LIB``, else at ``lib/libsglang_rvv_kernels.so``
 in this package. It is used only on a riscv64 CPU that reports V, when ``kernels.json`` names the

@@ -24,6 +24,20 @@ scalar pass of 1.4 M instructions a token under qemu (the serving count, README)
 ``Sampler.forward`` (once per process, with the attention's) a ``torch`` whose ``argmax`` is the
 top-1 kernel where that covers the call (:func:`sglang_rvv.fused.sampler_with_top1`); every other
 name is torch's, and every other module keeps torch.
+
+Before the sampler, ``LogitsProcessor._copy_logits_to_buffer`` widens the lm_head's BF16 logits to
+FP32 (``.float()``, or ``copy_`` into a graph's buffer): Debian's torch does it 16 values at a
+time through memcpy calls, about 2.3 M instructions a Qwen3 token (the serving count). The hook
+(once per process, with the attention's) widens them first with the widening kernel, the same
+bits, cut to the vocabulary as SGLang cuts them; the original then finds FP32 logits, so its
+``.float()`` returns them as they are and a buffer takes them by an FP32 copy.
+
+Each layer stores its token's K and V rows in the KV cache through
+``MHATokenToKVPool._store_kv_layer``'s ``_set_kv_buffer_impl``, which on a CPU without AMX
+indexes ``k_cache[loc] = k`` and ``v_cache[loc] = v``: two index_put_ calls, about 50 k
+instructions a layer under qemu. The hook (once per process, with the attention's) gives
+``_store_kv_layer`` a copy whose ``_set_kv_buffer_impl`` is one native row copy where it covers
+the call (:func:`sglang_rvv.fused.store_kv_servable`), SGLang's function otherwise.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ _NORM = "sglang.srt.layers.layernorm.RMSNorm"
 _SILU = "sglang.srt.layers.activation.SiluAndMul"
 _ROTARY = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding"
 _RADIX = "sglang.srt.layers.radix_attention.RadixAttention"
+_KV_STORE = "_set_kv_buffer_impl"
 
 
 def _qualname(cls: type) -> str:
@@ -90,6 +105,21 @@ def _own_rotary(cls: type) -> bool:
     return False
 
 
+def _hook(cls: type, name: str, make) -> bool:
+    """Give ``cls.<name>`` what ``make`` makes of it, once per process (the hooked function keeps the
+    original as ``sglang_rvv_original``); whether the class holds it. ``make`` returns None for code
+    it does not cover (not the SGLang it was checked against): the class then keeps its own."""
+    current = getattr(cls, name)
+    if hasattr(current, "sglang_rvv_original"):
+        return True
+    hooked = make(current)
+    if hooked is None:
+        return False
+    hooked.sglang_rvv_original = current
+    setattr(cls, name, hooked)
+    return True
+
+
 def _paged_decode(original):
     def run(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, encoder_lens=None,
             scaling=None, enable_gqa=False, causal=False, is_cross_attn=False, sliding_window_size=None):
@@ -102,31 +132,55 @@ def _paged_decode(original):
             return output
         return original(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
                         encoder_lens, scaling, enable_gqa, causal, is_cross_attn, sliding_window_size)
-    run.sglang_rvv_original = original
     return run
 
 
-def _give_paged_decode() -> None:
+def _widening_copy(original):
+    def run(self, logits, logits_metadata, use_buffer=True):
+        if fused.widen_servable(logits):
+            logits = fused.widen(logits[..., :self.vocab_size])
+        return original(self, logits, logits_metadata, use_buffer)
+    return run
+
+
+def _row_store(original):
+    def store(k, v, k_cache, v_cache, indices, *args, **kwargs):
+        if fused.store_kv_servable(k, v, k_cache, v_cache, indices):
+            return fused.store_kv(k, v, k_cache, v_cache, indices)
+        return original(k, v, k_cache, v_cache, indices, *args, **kwargs)
+    return store
+
+
+def _store_kv_layer(current):
+    """``current`` (the pool's per-layer store) calling the row store where it calls _set_kv_buffer_impl."""
+    code, scope = getattr(current, "__code__", None), getattr(current, "__globals__", {})
+    if code is None or _KV_STORE not in code.co_names or not callable(scope.get(_KV_STORE)):
+        return None
+    return fused.rebound(current, {_KV_STORE: _row_store(scope[_KV_STORE])})
+
+
+def _give_paged_decode() -> bool:
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-    current = TorchNativeAttnBackend._run_sdpa_forward_decode
-    if not hasattr(current, "sglang_rvv_original"):
-        TorchNativeAttnBackend._run_sdpa_forward_decode = _paged_decode(current)
+    return _hook(TorchNativeAttnBackend, "_run_sdpa_forward_decode", _paged_decode)
 
 
 def _give_top1() -> bool:
-    """Give SGLang's sampler the top-1 kernel; whether it has it."""
     from sglang.srt.layers.sampler import Sampler
 
-    current = Sampler.forward
-    if hasattr(current, "sglang_rvv_original"):
-        return True
-    hooked = fused.sampler_with_top1(current)
-    if hooked is None:
-        return False
-    hooked.sglang_rvv_original = current
-    Sampler.forward = hooked
-    return True
+    return _hook(Sampler, "forward", fused.sampler_with_top1)
+
+
+def _give_widen() -> bool:
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    return _hook(LogitsProcessor, "_copy_logits_to_buffer", _widening_copy)
+
+
+def _give_kv_store() -> bool:
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    return _hook(MHATokenToKVPool, "_store_kv_layer", _store_kv_layer)
 
 
 def install_sglang(model: torch.nn.Module) -> Counter:
@@ -148,4 +202,8 @@ def install_sglang(model: torch.nn.Module) -> Counter:
         _give_paged_decode()
         if _give_top1():
             given["top1"] += 1
+        if _give_widen():
+            given["widen"] += 1
+        if _give_kv_store():
+            given["kv_store"] += 1
     return given

@@ -15,8 +15,10 @@
 #include <sys/auxv.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -39,6 +41,7 @@ struct Isa {
   RotaryKernel rotary;
   AttentionKernel attention;
   Top1Kernel top1;
+  WidenKernel widen;
   std::string name;
 };
 
@@ -47,11 +50,12 @@ const Isa& isa() {
 #if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
       return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, rmsnorm_rvv, silu_mul_rvv,
-                 rotary_rvv, attention_rvv, top1_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
+                 rotary_rvv, attention_rvv, top1_rvv, widen_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
 #endif
     return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, rmsnorm_generic,
-               silu_mul_generic, rotary_generic, attention_generic, top1_generic, "generic"};
+               silu_mul_generic, rotary_generic, attention_generic, top1_generic, widen_generic,
+               "generic"};
   }();
   return chosen;
 }
@@ -488,6 +492,56 @@ at::Tensor top1(const at::Tensor& logits) {
   return out;
 }
 
+// logits.float() of bfloat16 logits (any rows but a contiguous last dim): float32, contiguous, the
+// same bits as torch's.
+at::Tensor widen(const at::Tensor& logits) {
+  const int64_t d = logits.dim() ? logits.size(-1) : 0;
+  const int64_t ldx = row_stride(logits, d, "widen", "logits");
+  at::Tensor out = new_output(logits.sizes(), at::kFloat);
+  const int64_t rows = d ? logits.numel() / d : 0;
+  if (rows == 0) return out;
+  const WidenArgs args{bf16_bits(logits), out.mutable_data_ptr<float>(), ldx, d};
+  for_rows(args, rows, d, isa().widen);
+  return out;
+}
+
+// SGLang's KV cache store, k_cache[loc[i]] = k[i] and v_cache[loc[i]] = v[i] for each token i: a
+// row copy, no arithmetic, so no ISA kernel. k and v [tokens, kv_heads, d] with each token's row
+// contiguous; the caches [cache rows, kv_heads, d], contiguous, of their dtype; loc int64
+// [tokens]. Every slot is checked before any row is written.
+void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+              const at::Tensor& loc) {
+  TORCH_CHECK(loc.dim() == 1 && loc.scalar_type() == at::kLong && loc.is_contiguous(),
+              "sglang_rvv_native::store_kv expects contiguous int64 slots [tokens], got ", loc.scalar_type(), " ",
+              loc.sizes());
+  const int64_t tokens = loc.size(0);
+  const std::pair<const at::Tensor*, at::Tensor*> pairs[] = {{&k, &k_cache}, {&v, &v_cache}};
+  for (const auto& [src, cache] : pairs) {
+    TORCH_CHECK(src->dim() == 3 && cache->dim() == 3 && src->size(0) == tokens && src->size(1) == cache->size(1) &&
+                    src->size(2) == cache->size(2) && src->scalar_type() == cache->scalar_type() &&
+                    cache->is_contiguous() && (src->stride(2) == 1 || src->size(2) <= 1) &&
+                    (src->stride(1) == src->size(2) || src->size(1) <= 1),
+                "sglang_rvv_native::store_kv expects k and v [tokens, kv_heads, d] with contiguous rows and "
+                "contiguous caches [cache rows, kv_heads, d] of their dtype, ", tokens, " slots; got ",
+                src->scalar_type(), " ", src->sizes(), " strides ", src->strides(), " into ", cache->scalar_type(),
+                " ", cache->sizes());
+  }
+  const int64_t* slots = loc.const_data_ptr<int64_t>();
+  const int64_t rows = std::min(k_cache.size(0), v_cache.size(0));
+  for (int64_t i = 0; i < tokens; ++i) {
+    TORCH_CHECK(slots[i] >= 0 && slots[i] < rows, "sglang_rvv_native::store_kv: token ", i, " has slot ", slots[i],
+                ", outside the cache's ", rows, " rows");
+  }
+  for (const auto& [src, cache] : pairs) {
+    const int64_t item = src->element_size(), row_bytes = src->size(1) * src->size(2) * item;
+    const char* from = static_cast<const char*>(src->const_data_ptr());
+    char* to = static_cast<char*>(cache->mutable_data_ptr());
+    for (int64_t i = 0; i < tokens; ++i) {
+      std::memcpy(to + slots[i] * row_bytes, from + i * src->stride(0) * item, static_cast<size_t>(row_bytes));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -508,6 +562,8 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("decode_attention_paged(Tensor q, Tensor k_cache, Tensor v_cache, Tensor req_to_token, Tensor pool, "
         "Tensor seq_lens, float scale, Tensor(a!) out) -> ()");
   m.def("top1(Tensor logits) -> Tensor");
+  m.def("widen(Tensor logits) -> Tensor");
+  m.def("store_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc) -> ()");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -526,4 +582,6 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("decode_attention", &sglang_rvv::decode_attention);
   m.impl("decode_attention_paged", &sglang_rvv::decode_attention_paged);
   m.impl("top1", &sglang_rvv::top1);
+  m.impl("widen", &sglang_rvv::widen);
+  m.impl("store_kv", &sglang_rvv::store_kv);
 }
