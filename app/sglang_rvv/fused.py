@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 import torch
 
+from . import hf_cache
 from .direct_call import direct_class
 from .kernels import chosen
 
@@ -399,6 +400,16 @@ def _hf_attention_forward(cls: type) -> tuple[Callable | None, tuple[str, ...]]:
     return rebound(forward, rebinds), tuple(kinds)
 
 
+@functools.cache  # one per attention forward, shared by its modules
+def _hf_growing_cache(forward: Callable) -> Callable:
+    """``forward``, first making its layer of the cache it is given a growing one
+    (:mod:`.hf_cache`): its decode steps then append their keys and values in place."""
+    def attention(self, *args, **kwargs):
+        hf_cache.grow(kwargs.get("past_key_values"), self.layer_idx)
+        return forward(self, *args, **kwargs)
+    return attention
+
+
 @functools.cache
 def _hf_sampling_class(cls: type) -> type | None:
     """``cls`` (direct-called, :func:`direct_class`) with its ``_sample`` calling the top-1 kernel;
@@ -412,8 +423,9 @@ def _hf_sampling_class(cls: type) -> type | None:
 
 def install_hf(model: torch.nn.Module) -> Counter:
     """transformers' hook: its RMSNorm, SiLU-gated MLP and attention modules (rotary embedding and
-    decode attention) of the supported architectures, and the model's greedy sampling
-    (``GenerationMixin._sample``'s ``torch.argmax``, checked against transformers 5.12) as the top-1."""
+    decode attention, and a KV cache layer that grows in place: ``kv_cache``) of the supported
+    architectures, and the model's greedy sampling (``GenerationMixin._sample``'s ``torch.argmax``,
+    checked against transformers 5.12) as the top-1."""
     given: Counter = Counter()
     sampling = _hf_sampling_class(type(model))
     if sampling is not None:
@@ -425,8 +437,9 @@ def install_hf(model: torch.nn.Module) -> Counter:
     for module in model.modules():
         name = type(module).__name__
         if name in HF_ATTENTIONS and (attention := _hf_attention_forward(type(module)))[0] is not None:
-            give_forward(module, attention[0])
+            give_forward(module, _hf_growing_cache(attention[0]))
             given.update(attention[1])
+            given["kv_cache"] += 1
         elif name in HF_NORMS and hasattr(module, "variance_epsilon"):
             give_forward(module, _hf_norm_forward)
             given["rmsnorm"] += 1

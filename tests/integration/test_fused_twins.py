@@ -477,7 +477,8 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     given = fused.install_hf(model)
     layers = model.config.num_hidden_layers
     norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
-    assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers, "top1": 1}
+    assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers, "top1": 1,
+                     "kv_cache": layers}
     assert _sqnr_db(_logits(model, prompt), as_built) > 30
     # The prefill's attention (6 queries) is transformers' own; the decode step's runs the kernel.
     heads, d = model.config.num_attention_heads, model.config.head_dim
