@@ -34,7 +34,7 @@ bits, cut to the vocabulary as SGLang cuts them; the original then finds FP32 lo
 
 Each layer stores its token's K and V rows in the KV cache through
 ``MHATokenToKVPool._store_kv_layer``'s ``_set_kv_buffer_impl``, which on a CPU without AMX
-indexes ``k_cache[loc] = k`` and ``v_cache[loc] = v``: two index_put_ calls, about 50 k
+indexes ``k_cache[loc] = k`` and ``v_cache[loc] = v``: two index_put_ calls, some 30-50 k
 instructions a layer under qemu. The hook (once per process, with the attention's) gives
 ``_store_kv_layer`` a copy whose ``_set_kv_buffer_impl`` is one native row copy where it covers
 the call (:func:`sglang_rvv.fused.store_kv_servable`), SGLang's function otherwise.
