@@ -313,8 +313,8 @@ def test_top1_follows_argmax_rules(native, dtype, row):
 
 @pytest.mark.parametrize("shape", [(1, 151936), (3, 1000), (2, 1), (17,), (2, 3, 65), (0, 8)])
 def test_widen_is_torchs_float(native, shape):
-    """Every BF16 bit pattern's widening (NaN payloads, infinities, subnormals, -0.0) as torch's
-    .float() gives it, bit for bit; random rows, and rows read as a slice of wider ones."""
+    """Random rows widened as torch's .float() widens them, bit for bit, and rows read as a slice
+    of wider ones."""
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape))).bfloat16()
     got = native.widen(x)
     assert got.dtype is torch.float32 and got.is_contiguous() and torch.equal(got.view(torch.int32),
@@ -322,6 +322,11 @@ def test_widen_is_torchs_float(native, shape):
     wide = torch.randn(*shape[:-1], shape[-1] + 7, generator=torch.Generator().manual_seed(1)).bfloat16()
     assert torch.equal(native.widen(wide[..., :shape[-1]]).view(torch.int32),
                        wide[..., :shape[-1]].float().view(torch.int32))
+
+
+def test_widen_keeps_every_bf16_bit_pattern(native):
+    """All 65,536 BF16 bit patterns (NaN payloads, infinities, subnormals, -0.0), as torch's
+    .float() widens them, bit for bit."""
     every = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).view(256, 256)
     assert torch.equal(native.widen(every).view(torch.int32), every.float().view(torch.int32))
 
