@@ -1,14 +1,15 @@
 """The rest of a decode step on the RVV kernel library: RMSNorm (the residual add fused in), SiLU x
-mul, the rotary embedding, the decode attention, the logits' top-1 (greedy sampling) and their
-widening to FP32 (SGLang's sampler takes FP32), each one native call in place of the scalar torch
-ops it replaces.
+mul, the rotary embedding, the decode attention, transformers' residual adds, the logits' top-1
+(greedy sampling) and their widening to FP32 (SGLang's sampler takes FP32), each one native call
+in place of the scalar torch ops it replaces.
 
 Debian's riscv64 torch runs every op outside the projections scalar, and on the board's in-order
 core each op's dispatch costs tens of thousands of instructions: a Qwen3-0.6B decode step runs
 113 RMSNorms of ~8 ops each, 28 rotary embeddings of ~16, and 28 attentions whose scalar sdpa
 costs ~470 k instructions each; the argmax over Qwen3's 151,936 logits 1.4-2.4 M, and their
-``.float()`` about 2.3 M (a memcpy call per 16 values). The kernels (``kernels/csrc/rmsnorm_*``,
-``silu_mul_*``, ``rotary_*``, ``attention_*``, ``top1_*``, ``widen_*``) run where
+``.float()`` about 2.3 M (a memcpy call per 16 values), and transformers' two residual adds a
+decoder layer about 46 k each (a scalar BF16 add). The kernels (``kernels/csrc/rmsnorm_*``,
+``silu_mul_*``, ``rotary_*``, ``attention_*``, ``add_*``, ``top1_*``, ``widen_*``) run where
 the chosen provider is ``rvv`` and the loaded library has them; :func:`available` says why not
 otherwise, and ``SGLANG_RVV_FUSED_OPS=0`` turns them off for A/B runs. A library built before them
 falls back to torch's ops with one warning line.
@@ -35,13 +36,13 @@ from collections.abc import Callable
 
 import torch
 
-from . import hf_cache
+from . import hf_cache, recompile
 from .direct_call import direct_class
 from .kernels import chosen
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention",
-              "decode_attention_paged", "top1", "widen", "store_kv")
+              "decode_attention_paged", "residual_add", "top1", "widen", "store_kv", "append_rows")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
@@ -53,6 +54,10 @@ log = logging.getLogger("sglang_rvv")
 HF_NORMS = frozenset(("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"))
 HF_MLPS = frozenset(("LlamaMLP", "Qwen2MLP", "Qwen3MLP"))
 HF_ATTENTIONS = frozenset(("LlamaAttention", "Qwen2Attention", "Qwen3Attention"))
+# ... and whose decoder layers add ``residual + hidden_states`` twice.
+HF_DECODER_LAYERS = frozenset(("LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer"))
+_HF_RESIDUAL_ADD = ("residual", "hidden_states")  # the operands' names, in transformers' order
+_HF_CACHE_UPDATE = ("past_key_values", "update")  # the attention's call that updates its cache layer
 _HF_ROTARY = "apply_rotary_pos_emb"
 _HF_INTERFACES = "ALL_ATTENTION_FUNCTIONS"
 # The attention interfaces whose decode step is plain softmax attention over every key when no mask
@@ -71,13 +76,29 @@ def available() -> tuple[bool, str]:
     missing = [op for op in NATIVE_OPS if not hasattr(torch.ops.sglang_rvv_native, op)]
     if missing:
         why = (f"the kernel library has no sglang_rvv_native::{', '.join(missing)} (built before them); "
-               "RMSNorm, SiLU x mul, the rotary embedding, attention, the top-1, the logits' widening and the "
-               "KV cache store run torch's ops: rebuild it with "
+               "RMSNorm, SiLU x mul, the rotary embedding, attention, the residual add, the top-1, the logits' "
+               "widening and the KV caches' store and append run torch's ops: rebuild it with "
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox, decode_attention (paged too), top1, widen "
-                  f"and store_kv from the rvv kernel library ({provider.NAME})")
+    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox, decode_attention (paged too), residual_add, "
+                  f"top1, widen, store_kv and append_rows from the rvv kernel library ({provider.NAME})")
+
+
+class _NativeOps:
+    """The kernel library's ops by name, each its overload's own callable (torch/_ops.py's
+    ``OpOverload._op``): ``torch.ops.sglang_rvv_native.<op>(...)`` first runs the packet's
+    ``__call__``, a Python frame, on every one of a decode step's few hundred calls. Resolved on
+    first use, as the library loads after this module."""
+
+    def __getattr__(self, name: str) -> Callable:
+        op = getattr(torch.ops.sglang_rvv_native, name).default
+        op = getattr(op, "_op", op)
+        setattr(self, name, op)
+        return op
+
+
+_NATIVE = _NativeOps()
 
 
 def module_tensor(module: torch.nn.Module, name: str) -> torch.Tensor | None:
@@ -101,16 +122,16 @@ def servable(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.ops.sglang_rvv_native.rmsnorm(x, weight, eps)
+    return _NATIVE.rmsnorm(x, weight, eps)
 
 
 def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """In place: ``residual = bf16(x + residual)``, then ``x = rms_norm(residual)``."""
-    torch.ops.sglang_rvv_native.fused_add_rmsnorm(x, residual, weight, eps)
+    _NATIVE.fused_add_rmsnorm(x, residual, weight, eps)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    return torch.ops.sglang_rvv_native.silu_mul(gate, up)
+    return _NATIVE.silu_mul(gate, up)
 
 
 def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -134,7 +155,7 @@ def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: to
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, k) rotated neox style by the first half of cos and sin (kernels.h's formula)."""
-    return torch.ops.sglang_rvv_native.rotary_neox(q, k, cos, sin)
+    return _NATIVE.rotary_neox(q, k, cos, sin)
 
 
 def attention_servable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -155,7 +176,7 @@ def attention_servable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> boo
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """softmax(q k^T * scale) v for one query per head ([batch, 1, q_heads, d]: kernels.h's order)."""
-    return torch.ops.sglang_rvv_native.decode_attention(q, k, v, scale)
+    return _NATIVE.decode_attention(q, k, v, scale)
 
 
 def paged_attention_servable(q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -184,7 +205,12 @@ def decode_attention_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     """:func:`decode_attention` over SGLang's paged KV cache, into ``out`` [batch, q_heads, d]:
     batch row b attends to cache rows ``req_to_token[pool[b], :seq_lens[b]]``, the same bits as
     over those rows gathered, without the gather."""
-    torch.ops.sglang_rvv_native.decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, scale, out)
+    _NATIVE.decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, scale, out)
+
+
+def residual_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a + b`` of BF16 tensors of one shape, the same bits as torch's BF16 add, contiguous."""
+    return _NATIVE.residual_add(a, b)
 
 
 def top1_servable(logits: torch.Tensor) -> bool:
@@ -197,7 +223,7 @@ def top1_servable(logits: torch.Tensor) -> bool:
 
 def top1(logits: torch.Tensor) -> torch.Tensor:
     """``torch.argmax(logits, -1)``, the same indices (the first NaN, else the first maximum)."""
-    return torch.ops.sglang_rvv_native.top1(logits)
+    return _NATIVE.top1(logits)
 
 
 def argmax(input: torch.Tensor, dim: int | None = None, keepdim: bool = False, **kwargs) -> torch.Tensor:
@@ -217,7 +243,7 @@ def widen_servable(logits: torch.Tensor) -> bool:
 
 def widen(logits: torch.Tensor) -> torch.Tensor:
     """``logits.float()`` (the same bits), contiguous."""
-    return torch.ops.sglang_rvv_native.widen(logits)
+    return _NATIVE.widen(logits)
 
 
 def store_kv_servable(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -239,7 +265,7 @@ def store_kv_servable(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor) -> None:
     """``k_cache[loc] = k`` and ``v_cache[loc] = v``, one row copy per token."""
-    torch.ops.sglang_rvv_native.store_kv(k, v, k_cache, v_cache, loc)
+    _NATIVE.store_kv(k, v, k_cache, v_cache, loc)
 
 
 class _TorchWithTop1:
@@ -322,19 +348,37 @@ def install(model: torch.nn.Module, hook: Callable[[torch.nn.Module], Counter] |
 
 # -- transformers -----------------------------------------------------------------------------------
 
+# transformers' forwards below call the ops' own callables (_NATIVE), not the wrappers above: a
+# Python frame less for each of a Qwen3-0.6B step's 113 norms, 28 MLPs and 28 rotaries.
 def _hf_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-    weight = module_tensor(self, "weight")
-    if servable(hidden_states, weight):
-        return rms_norm(hidden_states, weight, self.variance_epsilon)
+    weight = self._parameters.get("weight")
+    if weight is None:
+        weight = module_tensor(self, "weight")
+    if weight is not None and servable(hidden_states, weight):
+        return _NATIVE.rmsnorm(hidden_states, weight, self.variance_epsilon)
     return type(self).forward(self, hidden_states)
 
 
 def _hf_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
-    gate, up = self.gate_proj(x), self.up_proj(x)
+    modules = self._modules  # not Module.__getattr__, a Python frame a child (recompile.ChildModules)
+    gate, up = modules["gate_proj"](x), modules["up_proj"](x)
     if servable(gate) and servable(up) and gate.shape == up.shape:
-        return self.down_proj(silu_mul(gate, up))
-    hidden = self.act_fn(gate) * up
-    return self.down_proj(hidden)
+        return modules["down_proj"](_NATIVE.silu_mul(gate, up))
+    hidden = modules["act_fn"](gate) * up
+    return modules["down_proj"](hidden)
+
+
+def _hf_residual_add(residual: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
+    """A decoder layer's ``residual + hidden_states``: by the kernel where it covers the call (BF16
+    of one shape, no broadcast), else by torch."""
+    # servable()'s checks inline for both (it runs twice a layer a step): one shape of one dim or more.
+    bf16 = torch.bfloat16
+    if (residual.dtype is bf16 and hidden_states.dtype is bf16 and residual.shape == hidden_states.shape
+            and residual.dim() and residual.is_cpu and hidden_states.is_cpu and residual.is_contiguous()
+            and hidden_states.is_contiguous()
+            and not (torch.is_grad_enabled() and (residual.requires_grad or hidden_states.requires_grad))):
+        return residual_add(residual, hidden_states)
+    return residual + hidden_states
 
 
 def _is_silu(act: object) -> bool:
@@ -345,7 +389,7 @@ def _hf_rotary(original: Callable) -> Callable:
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
         # The whole head (cos as long as q's head: transformers' partial rotaries would not broadcast).
         if unsqueeze_dim == 1 and cos.shape[-1] == q.shape[-1] and rotary_servable(q, k, cos, sin):
-            return rotary(q, k, cos, sin)
+            return _NATIVE.rotary_neox(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim)
     return apply_rotary_pos_emb
 
@@ -378,12 +422,15 @@ class _HfInterfaces:
 
 
 @functools.cache
-def _hf_attention_forward(cls: type) -> tuple[Callable | None, tuple[str, ...]]:
+def _hf_attention_forward(cls: type, children: frozenset[str]) -> tuple[Callable | None, tuple[str, ...]]:
     """``cls.forward`` calling the kernels where it calls its module's apply_rotary_pos_emb and
     attention interface, and which kinds it got: the same code, over a copy of the module's globals
     with those names rebound. transformers looks them up at every call, and rebinding them in its
     module would reach every model in the process; a copy given to the policy's modules
-    (:func:`give_forward`) reaches only them. ``(None, ())`` where the forward uses neither name."""
+    (:func:`give_forward`) reaches only them. Where its source can be compiled again
+    (:mod:`.recompile`), its children are also read from ``_modules`` and its cache update goes
+    through :func:`_hf_cache_update` (``kv_cache``). ``(None, ())`` where the forward uses neither
+    name."""
     forward = cls.forward
     code, scope = getattr(forward, "__code__", None), getattr(forward, "__globals__", {})
     if code is None:
@@ -397,17 +444,30 @@ def _hf_attention_forward(cls: type) -> tuple[Callable | None, tuple[str, ...]]:
         kinds.append("attention")
     if not rebinds:
         return None, ()
-    return rebound(forward, rebinds), tuple(kinds)
+    update = recompile.Calls("_sglang_rvv_cache_update", method=_HF_CACHE_UPDATE)
+    changed = recompile.recompiled(forward, [recompile.ChildModules(children), update],
+                                   {**rebinds, "_sglang_rvv_cache_update": _hf_cache_update})
+    if changed is None:
+        return rebound(forward, rebinds), tuple(kinds)
+    return changed, (*kinds, "kv_cache") if update.count else tuple(kinds)
 
 
-@functools.cache  # one per attention forward, shared by its modules
-def _hf_growing_cache(forward: Callable) -> Callable:
-    """``forward``, first making its layer of the cache it is given a growing one
+@functools.cache
+def _hf_layer_forward(cls: type, children: frozenset[str]) -> Callable | None:
+    """``cls.forward`` with each ``residual + hidden_states`` a call to :func:`_hf_residual_add`
+    and its children read from ``_modules`` (:mod:`.recompile`): transformers' own code, compiled
+    again from its source. None where that cannot be done or there is no such addition."""
+    adds = recompile.Calls("_sglang_rvv_residual_add", add=_HF_RESIDUAL_ADD)
+    layer = recompile.recompiled(cls.forward, [adds, recompile.ChildModules(children)],
+                                 {"_sglang_rvv_residual_add": _hf_residual_add})
+    return layer if adds.count else None
+
+
+def _hf_cache_update(cache, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+    """An attention's ``past_key_values.update(...)``, first making the layer it updates a growing one
     (:mod:`.hf_cache`): its decode steps then append their keys and values in place."""
-    def attention(self, *args, **kwargs):
-        hf_cache.grow(kwargs.get("past_key_values"), self.layer_idx)
-        return forward(self, *args, **kwargs)
-    return attention
+    hf_cache.grow(cache, layer_idx)
+    return cache.update(key_states, value_states, layer_idx, *args, **kwargs)
 
 
 @functools.cache
@@ -423,9 +483,9 @@ def _hf_sampling_class(cls: type) -> type | None:
 
 def install_hf(model: torch.nn.Module) -> Counter:
     """transformers' hook: its RMSNorm, SiLU-gated MLP and attention modules (rotary embedding and
-    decode attention, and a KV cache layer that grows in place: ``kv_cache``) of the supported
-    architectures, and the model's greedy sampling (``GenerationMixin._sample``'s ``torch.argmax``,
-    checked against transformers 5.12) as the top-1."""
+    decode attention, and a KV cache layer that grows in place: ``kv_cache``) and decoder layers
+    (their residual adds) of the supported architectures, and the model's greedy sampling
+    (``GenerationMixin._sample``'s ``torch.argmax``, checked against transformers 5.12) as the top-1."""
     given: Counter = Counter()
     sampling = _hf_sampling_class(type(model))
     if sampling is not None:
@@ -436,14 +496,18 @@ def install_hf(model: torch.nn.Module) -> Counter:
         given["top1"] += 1
     for module in model.modules():
         name = type(module).__name__
-        if name in HF_ATTENTIONS and (attention := _hf_attention_forward(type(module)))[0] is not None:
-            give_forward(module, _hf_growing_cache(attention[0]))
+        if (name in HF_ATTENTIONS
+                and (attention := _hf_attention_forward(type(module), frozenset(module._modules)))[0] is not None):
+            give_forward(module, attention[0])
             given.update(attention[1])
-            given["kv_cache"] += 1
         elif name in HF_NORMS and hasattr(module, "variance_epsilon"):
             give_forward(module, _hf_norm_forward)
             given["rmsnorm"] += 1
         elif name in HF_MLPS and _is_silu(getattr(module, "act_fn", None)):
             give_forward(module, _hf_mlp_forward)
             given["silu_mul"] += 1
+        elif (name in HF_DECODER_LAYERS
+              and (layer := _hf_layer_forward(type(module), frozenset(module._modules))) is not None):
+            give_forward(module, layer)
+            given["residual_add"] += 1
     return given

@@ -10,7 +10,8 @@ views of a buffer with room to spare, and a step writes only its own rows.
 
 A step writes only past the end of the view the layer last returned, into rows no view covers;
 a layer whose keys were replaced since (a crop, a beam reordering, a copy of the cache) first
-moves them into a new buffer. So no view anyone kept ever changes.
+moves them into a new buffer. So no view anyone kept ever changes. The rows are written by the
+kernel library's ``append_rows`` (the policy grows a layer only where that library is loaded).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def appended(layer: object, name: str, old: torch.Tensor, new: torch.Tensor) -> 
     if held is not None and held[1] is old and total <= held[0].shape[2]:
         buffer = held[0]
     else:
-        if new.dim() != 4 or (old.numel() and (old.dim() != 4 or old.shape[:2] != new.shape[:2]
+        if new.dim() != 4 or not new.is_cpu or (old.numel() and (old.dim() != 4 or old.shape[:2] != new.shape[:2]
                                                or old.shape[3] != new.shape[3] or old.dtype != new.dtype
                                                or old.device != new.device)):
             return torch.cat([old, new], dim=-2)  # not a step of this cache: transformers' own
@@ -43,10 +44,17 @@ def appended(layer: object, name: str, old: torch.Tensor, new: torch.Tensor) -> 
         buffer = new.new_empty(batch, heads, total + max(SPARE_MIN, total // 4), d)
         if length:
             buffer.narrow(2, 0, length).copy_(old)
-    buffer.narrow(2, length, n).copy_(new)
-    view = buffer.narrow(2, 0, total)
+    view = _append_rows()(buffer, new, length)  # buffer[:, :, length:total] = new; buffer[:, :, :total]
     layer.__dict__[_HELD[name]] = (buffer, view)
     return view
+
+
+@functools.cache
+def _append_rows():
+    """The kernel library's append_rows, its overload's own callable (no Python frame before it):
+    one call for what narrow, copy_ and narrow from Python did in three ops."""
+    op = torch.ops.sglang_rvv_native.append_rows.default
+    return getattr(op, "_op", op)
 
 
 @functools.cache

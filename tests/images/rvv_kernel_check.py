@@ -125,6 +125,7 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
               for n in TOP1_VOCABULARIES for dtype in ("float32", "bfloat16")]
     cases += [(f"widen n={n}", lambda n=n: check_widen(n)) for n in TOP1_VOCABULARIES]
     cases += [("widen every bf16", check_widen_every_value)]
+    cases += [(f"residual_add d={d}", lambda d=d: check_residual_add(d)) for d in FUSED_DIMS]
     if mode == "full":
         cases += [("fused special values", check_fused_special_values), ("fused hf", check_fused_hf),
                   ("native entry", check_native_entry)]
@@ -276,6 +277,22 @@ def check_widen_every_value() -> dict:
     every = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).view(256, 256)
     got = native().widen(every)
     return {"equal": torch.equal(got.view(torch.int32), every.float().view(torch.int32)), "digest": digest(got)}
+
+
+def check_residual_add(d: int) -> dict:
+    """Five rows of two wider tensors (strided) added, with infinities, a NaN, inf - inf and a sum
+    past BF16's largest finite value where the row is long enough: torch's BF16 add's bits (a NaN
+    where it has a NaN)."""
+    a = (_randn(5, d + 2, seed=d * 3).float() * 8).bfloat16()[:, :d]
+    b = (_randn(5, d + 3, seed=d * 3 + 1).float() * 8).bfloat16()[:, :d]
+    specials = [(float("inf"), 1.0), (float("inf"), float("-inf")), (float("nan"), 2.0), (3.0e38, 3.0e38)]
+    for i, (x, y) in enumerate(specials[:d]):
+        a[1, i], b[1, i] = x, y
+    got, want = native().residual_add(a, b), a + b
+    nan = want.isnan()  # torch's vectorised and scalar adds give NaNs of other bits
+    same = torch.equal(got.isnan(), nan) and torch.equal(got.masked_fill(nan, 0).view(torch.int16),
+                                                         want.masked_fill(nan, 0).view(torch.int16))
+    return {"equal": got.is_contiguous() and same, "digest": digest(got)}
 
 
 FUSED_CHECKS = {"norm": check_norm, "addnorm": check_addnorm, "silu_mul": check_silu_mul}

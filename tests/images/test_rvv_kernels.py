@@ -35,7 +35,8 @@ RUNS = {  # name: (check mode, QEMU_CPU)
 RUN_TIMEOUT = 900
 PARALLEL_RUNS = 2  # this machine's cores; each run is mostly one busy qemu thread
 NUMERIC_PREFIXES = ("linear ", "qlinear ", "bucket ", "threads", "rounding", "special values", "norm ", "addnorm ",
-                    "silu_mul ", "rotary ", "attention ", "paged attention ", "top1 ", "widen ")
+                    "silu_mul ", "rotary ", "attention ", "paged attention ", "top1 ", "widen ",
+                    "residual_add ")
 
 
 @pytest.fixture(scope="module")
@@ -189,16 +190,16 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
             assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
     elif case.startswith("paged attention "):
         assert r["same_as_gathered"] and all(r["same_as_gathered"]), r
-    elif case.startswith(("top1 ", "widen ")):
-        # torch.argmax's index, .float()'s bits; the same in every run (test_same_bits_in_every_run)
+    elif case.startswith(("top1 ", "widen ", "residual_add ")):
+        # torch.argmax's index, .float()'s and BF16 add's bits; the same in every run (test_same_bits_in_every_run)
         assert r["equal"], r
     elif case == "fused special values":
         assert r["silu"][:4] == ["nan", "inf", "0.0", "-0.0"] and r["silu"][6] == "100.0", r
         assert r["nan_row_all_nan"] and r["finite_row_finite"], r
     elif case == "fused hf":
         # The tiny Llama: 2 layers.
-        assert r["fused_ops"] == {"attention": 2, "kv_cache": 2, "rmsnorm": 2 * 2 + 1, "rotary": 2, "silu_mul": 2,
-                                  "top1": 1}, r
+        assert r["fused_ops"] == {"attention": 2, "kv_cache": 2, "residual_add": 2, "rmsnorm": 2 * 2 + 1, "rotary": 2,
+                                  "silu_mul": 2, "top1": 1}, r
         assert r["off_fused"] == {} and "rvv kernel library" in r["fused_reason"], r
         assert r["logits_sqnr_db"] >= 30.0, r
     elif case == "native entry":

@@ -1,6 +1,6 @@
 """The fused kernels of the rest of a decode step (RMSNorm, fused residual-add + RMSNorm, SiLU x
-mul, the rotary embedding, the decode attention, the logits' top-1 and widening, and SGLang's KV
-store), as their scalar twins built for this host, and their plug into transformers' modules and
+mul, the rotary embedding, the decode attention, the residual add, the logits' top-1 and widening,
+and SGLang's KV store), as their scalar twins built for this host, and their plug into transformers' modules and
 SGLang's.
 
 The RVV kernels are held to these twins bit for bit under qemu (tests/images/test_rvv_kernels.py);
@@ -248,6 +248,8 @@ def _kv_store_call(change: dict):
     (lambda n: n.top1(torch.ones(3, 4, 8)[:, :2, :4]), "logits's rows are not evenly spaced"),
     (lambda n: n.widen(torch.ones(2, 8)), "widen expects a bfloat16 logits whose last dim is 8, got Float"),
     (lambda n: n.widen(torch.ones(8, 2, dtype=torch.bfloat16).t()), "logits's last dim must be contiguous"),
+    (lambda n: n.residual_add(_bf16(2, 8), torch.ones(2, 8)), "residual_add expects a bfloat16 b whose last dim is 8"),
+    (lambda n: n.residual_add(_bf16(2, 8), _bf16(1, 8)), "residual_add expects a and b of one shape, got \\[2, 8\\]"),
     (_kv_store_call({"loc": torch.tensor([3, 40])}), "token 1 has slot 40, outside the cache's 20 rows"),
     (_kv_store_call({"loc": torch.tensor([3, -1])}), "token 1 has slot -1"),
     (_kv_store_call({"loc": torch.tensor([3, 4], dtype=torch.int32)}), "expects contiguous int64 slots"),
@@ -256,6 +258,7 @@ def _kv_store_call(change: dict):
 ], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided", "odd head", "short table", "gqa ratio",
         "float kv", "paged slot", "paged length", "paged pool", "paged int64 table", "paged cache shape",
         "top1 dtype", "top1 empty", "top1 strided", "top1 uneven rows", "widen dtype", "widen strided",
+        "add dtype", "add shapes",
         "kv slot past", "kv slot negative", "kv int32 slots", "kv dtype", "kv strided rows"])
 def test_bad_calls_raise_one_clear_line(native, call, message):
     with pytest.raises(RuntimeError, match=message):
@@ -329,6 +332,39 @@ def test_widen_keeps_every_bf16_bit_pattern(native):
     .float() widens them, bit for bit."""
     every = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).view(256, 256)
     assert torch.equal(native.widen(every).view(torch.int32), every.float().view(torch.int32))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1024), (3, 17), (2, 3, 65), (1,)])
+def test_residual_add_is_torchs_bf16_add(native, shape):
+    """Random rows, and rows read as slices of wider ones, added as torch adds BF16 (one rounding of
+    the FP32 sum), bit for bit but a NaN's: with infinities, a NaN, inf - inf and a sum past BF16's
+    range."""
+    a, b = _randn(*shape[:-1], shape[-1] + 2, seed=1) * 8, _randn(*shape[:-1], shape[-1] + 3, seed=2) * 8
+    a, b = a[..., :shape[-1]], b[..., :shape[-1]]
+    flat_a, flat_b = a.reshape(-1, shape[-1]), b.reshape(-1, shape[-1])
+    for i, (x, y) in enumerate([(INF, 1.0), (INF, -INF), (NAN, 2.0), (3.0e38, 3.0e38)][:shape[-1]]):
+        flat_a[0, i], flat_b[0, i] = x, y
+    a, b = flat_a.view(*shape), flat_b.view(*shape)
+    got, want = native.residual_add(a, b), a + b
+    assert got.is_contiguous() and got.shape == a.shape
+    # NaN where torch's is NaN (its vectorised add gives another NaN's bits than its scalar one).
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got.masked_fill(nan, 0).view(torch.int16), want.masked_fill(nan, 0).view(torch.int16))
+
+
+def test_a_layers_residual_add_takes_the_kernel_only_where_it_covers_the_call(native, monkeypatch):
+    added = []
+    monkeypatch.setattr(fused, "residual_add", lambda a, b: added.append(tuple(a.shape)) or native.residual_add(a, b))
+    a = _randn(2, 8, seed=1)
+    assert torch.equal(fused._hf_residual_add(a, a), a + a) and added == [(2, 8)]
+    grad = a.clone().requires_grad_()
+    scalar = torch.tensor(1.5, dtype=torch.bfloat16)
+    # float32, a broadcast, strided, autograd, 0-d
+    for x, y in [(a.float(), a.float()), (a, a[:1]), (a.t(), a.t()), (grad, a), (scalar, scalar)]:
+        assert torch.equal(fused._hf_residual_add(x, y), x + y)
+    assert added == [(2, 8)]
+    assert fused._hf_residual_add(grad, a).requires_grad
 
 
 def test_argmax_takes_the_kernel_only_where_it_covers_the_call(native, monkeypatch):
@@ -471,11 +507,12 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     model = tiny.build_model(arch, seed=0)
     prompt = torch.randint(0, model.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(2))
     as_built = _logits(model, prompt)
-    attended = []
+    attended, added = [], []
     def spy(*args):
         attended.append(tuple(args[0].shape))
         return native.decode_attention(*args)
     monkeypatch.setattr(fused, "decode_attention", spy)
+    monkeypatch.setattr(fused, "residual_add", lambda a, b: added.append(tuple(a.shape)) or native.residual_add(a, b))
     modeling = sys.modules[type(model).__module__]
     original_rotary = modeling.apply_rotary_pos_emb
     classes = {name: type(m) for name, m in model.named_modules()}
@@ -483,23 +520,27 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     layers = model.config.num_hidden_layers
     norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
     assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers, "top1": 1,
-                     "kv_cache": layers}
+                     "kv_cache": layers, "residual_add": layers}
     assert _sqnr_db(_logits(model, prompt), as_built) > 30
     # The prefill's attention (6 queries) is transformers' own; the decode step's runs the kernel.
     heads, d = model.config.num_attention_heads, model.config.head_dim
     assert len(attended) == layers and set(attended) == {(1, heads, 1, d)}
+    # Each layer's two residual adds run the kernel, in the prefill (5 tokens) and the decode step.
+    hidden = model.config.hidden_size
+    assert added == [(1, 5, hidden)] * 2 * layers + [(1, 1, hidden)] * 2 * layers
     # The attention's rotary is rebound in its own copy of the forward: transformers' module keeps its
     # function, so another model in the process runs it unchanged.
     assert modeling.apply_rotary_pos_emb is original_rotary
     other = tiny.build_model(arch, seed=1)
     assert all("forward" not in m.__dict__ for m in other.modules())
-    # Each given module is called without nn.Module.__call__ (direct_call), under its class's name.
+    # Each given module is called without nn.Module.__call__ (direct_call), under its class's name;
+    # the decoder layers keep transformers' own __call__ (gradient checkpointing's).
     given_modules = [m for m in model.modules() if fused.MARK_ATTR in m.__dict__]
-    assert given_modules and all(isinstance(m, DirectCall) for m in given_modules)
+    assert given_modules and all(isinstance(m, DirectCall) != (m in model.model.layers) for m in given_modules)
     assert all(type(m).__name__ == classes[n].__name__ for n, m in model.named_modules())
     # Taken back: every module runs its class's forward again, as its own class.
     # (An attention is one module; the model itself was given its greedy sampling.)
-    assert sum(fused.take_back(m) for m in model.modules()) == norms + 2 * layers + 1
+    assert sum(fused.take_back(m) for m in model.modules()) == norms + 3 * layers + 1
     assert all("forward" not in m.__dict__ for m in model.modules())
     assert {name: type(m) for name, m in model.named_modules()} == classes
 
@@ -548,6 +589,28 @@ def test_a_module_tensor_is_its_parameter_its_buffer_or_its_attribute():
     assert fused.module_tensor(module, "weight") is module._parameters["weight"]
     with pytest.raises(AttributeError):
         fused.module_tensor(module, "missing")
+
+
+def test_a_decoder_layer_forward_is_rewritten_only_with_its_residual_adds():
+    """The rewritten forward is transformers' own code with its two additions made calls and its
+    children read from ``_modules``; a forward that adds in another order keeps its own (the
+    refusals of source that is not the code are recompile's, tests/unit/test_recompile.py)."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+    children = frozenset(("input_layernorm", "self_attn", "post_attention_layernorm", "mlp"))
+    rewritten = fused._hf_layer_forward(Qwen3DecoderLayer, children)
+    original = Qwen3DecoderLayer.forward.__code__
+    assert set(rewritten.__code__.co_names) == set(original.co_names) - children | {"_sglang_rvv_residual_add",
+                                                                                     "_modules"}
+    assert rewritten.__code__.co_varnames == original.co_varnames
+    assert rewritten.__code__.co_filename == original.co_filename
+
+    class OtherOrder(Qwen3DecoderLayer):
+        def forward(self, hidden_states, **kwargs):
+            residual = hidden_states
+            return hidden_states + residual
+
+    assert fused._hf_layer_forward(OtherOrder, children) is None
 
 
 def test_a_call_the_kernels_do_not_take_runs_the_modules_own_code(native):

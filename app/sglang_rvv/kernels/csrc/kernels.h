@@ -1,6 +1,6 @@
 // The kernels of libsglang_rvv_kernels.so: the packed Linear layouts' constants, the arguments and
 // every kernel's entry, and the rest of a decode step's (RMSNorm, SiLU x mul, rotary embedding,
-// decode attention, the logits' top-1 and their widening to FP32).
+// decode attention, the residual add, the logits' top-1 and their widening to FP32).
 //
 // app/sglang_rvv/layout.py defines the layouts; the constants below mirror it. Every layout
 // keeps the block family: a row-major [N, K] weight becomes ceil(N/32) blocks of 32 output
@@ -171,6 +171,15 @@ struct WidenArgs {
   int64_t ldx, d;
 };
 
+// transformers' residual add, `residual + hidden_states` of BF16 rows: out = bf16(a + b), FP32 add,
+// the same bits as torch's and as rmsnorm's fused add.
+struct AddArgs {
+  const uint16_t* a;  // [rows, d] BF16 bits, rows lda apart
+  const uint16_t* b;  // [rows, d] BF16 bits, rows ldb apart
+  uint16_t* out;      // [rows, d], contiguous
+  int64_t lda, ldb, d;
+};
+
 // Rows [row_begin, row_end) of a call; calls on disjoint rows run in parallel.
 using NormKernel = void (*)(const NormArgs&, int64_t row_begin, int64_t row_end);
 using SiluMulKernel = void (*)(const SiluMulArgs&, int64_t row_begin, int64_t row_end);
@@ -179,6 +188,7 @@ using RotaryKernel = void (*)(const RotaryArgs&, int64_t row_begin, int64_t row_
 using AttentionKernel = void (*)(const AttentionArgs&, int64_t row_begin, int64_t row_end, float* scratch);
 using Top1Kernel = void (*)(const Top1Args&, int64_t row_begin, int64_t row_end);
 using WidenKernel = void (*)(const WidenArgs&, int64_t row_begin, int64_t row_end);
+using AddKernel = void (*)(const AddArgs&, int64_t row_begin, int64_t row_end);
 
 void rmsnorm_generic(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_generic(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
@@ -186,6 +196,7 @@ void rotary_generic(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
 void attention_generic(const AttentionArgs& args, int64_t row_begin, int64_t row_end, float* scratch);
 void top1_generic(const Top1Args& args, int64_t row_begin, int64_t row_end);
 void widen_generic(const WidenArgs& args, int64_t row_begin, int64_t row_end);
+void add_generic(const AddArgs& args, int64_t row_begin, int64_t row_end);
 #if defined(__riscv)
 void rmsnorm_rvv(const NormArgs& args, int64_t row_begin, int64_t row_end);
 void silu_mul_rvv(const SiluMulArgs& args, int64_t row_begin, int64_t row_end);
@@ -193,6 +204,7 @@ void rotary_rvv(const RotaryArgs& args, int64_t row_begin, int64_t row_end);
 void attention_rvv(const AttentionArgs& args, int64_t row_begin, int64_t row_end, float* scratch);
 void top1_rvv(const Top1Args& args, int64_t row_begin, int64_t row_end);
 void widen_rvv(const WidenArgs& args, int64_t row_begin, int64_t row_end);
+void add_rvv(const AddArgs& args, int64_t row_begin, int64_t row_end);
 #endif
 
 // packed[b] = weight[32*b : 32*b+32, :] transposed, zero past row n, for b in [block_begin, block_end).

@@ -42,6 +42,7 @@ struct Isa {
   AttentionKernel attention;
   Top1Kernel top1;
   WidenKernel widen;
+  AddKernel add;
   std::string name;
 };
 
@@ -50,11 +51,11 @@ const Isa& isa() {
 #if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
       return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, rmsnorm_rvv, silu_mul_rvv,
-                 rotary_rvv, attention_rvv, top1_rvv, widen_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
+                 rotary_rvv, attention_rvv, top1_rvv, widen_rvv, add_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
 #endif
     return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, rmsnorm_generic,
-               silu_mul_generic, rotary_generic, attention_generic, top1_generic, widen_generic,
+               silu_mul_generic, rotary_generic, attention_generic, top1_generic, widen_generic, add_generic,
                "generic"};
   }();
   return chosen;
@@ -505,6 +506,21 @@ at::Tensor widen(const at::Tensor& logits) {
   return out;
 }
 
+// a + b of bfloat16 tensors of one shape (any rows but contiguous last dims): transformers'
+// residual add, contiguous, the same bits as torch's.
+at::Tensor residual_add(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.sizes() == b.sizes(), "sglang_rvv_native::residual_add expects a and b of one shape, got ", a.sizes(),
+              " and ", b.sizes());
+  const int64_t d = a.dim() ? a.size(-1) : 0;
+  const int64_t lda = row_stride(a, d, "residual_add", "a"), ldb = row_stride(b, d, "residual_add", "b");
+  at::Tensor out = new_output(a.sizes(), a.scalar_type());
+  const int64_t rows = d ? a.numel() / d : 0;
+  if (rows == 0) return out;
+  const AddArgs args{bf16_bits(a), bf16_bits(b), bf16_bits_mut(out), lda, ldb, d};
+  for_rows(args, rows, d, isa().add);
+  return out;
+}
+
 // SGLang's KV cache store, k_cache[loc[i]] = k[i] and v_cache[loc[i]] = v[i] for each token i: a
 // row copy, no arithmetic, so no ISA kernel. k and v [tokens, kv_heads, d] with each token's row
 // contiguous; the caches [cache rows, kv_heads, d], contiguous, of their dtype; loc int64
@@ -542,6 +558,42 @@ void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at:
   }
 }
 
+// transformers' KV cache appended in place (app/sglang_rvv/hf_cache.py): rows [batch, heads, n, d]
+// (any strides) written into buffer[:, :, start:start + n] (a contiguous [batch, heads, capacity,
+// d] of their dtype), and buffer[:, :, :start + n] returned, a view. One call where narrow, copy_
+// and narrow from Python were three ops (and a TensorIterator for a few rows); no arithmetic, so
+// no ISA kernel.
+at::Tensor append_rows(at::Tensor& buffer, const at::Tensor& rows, int64_t start) {
+  TORCH_CHECK(buffer.dim() == 4 && rows.dim() == 4 && buffer.is_contiguous() &&
+                  rows.scalar_type() == buffer.scalar_type() && rows.size(0) == buffer.size(0) &&
+                  rows.size(1) == buffer.size(1) && rows.size(3) == buffer.size(3),
+              "sglang_rvv_native::append_rows expects rows [batch, heads, n, d] and a contiguous buffer [batch, "
+              "heads, capacity, d] of their dtype, got ", rows.scalar_type(), " ",
+              rows.sizes(), " strides ", rows.strides(), " into ", buffer.scalar_type(), " ", buffer.sizes());
+  const int64_t n = rows.size(2), capacity = buffer.size(2);
+  TORCH_CHECK(start >= 0 && start + n <= capacity, "sglang_rvv_native::append_rows: rows ", start, " to ", start + n,
+              " do not fit the buffer's ", capacity);
+  const int64_t d = rows.size(3), item = rows.element_size(), row_bytes = d * item;
+  const bool whole_rows = rows.stride(3) == 1 || d <= 1;
+  const char* from = static_cast<const char*>(rows.const_data_ptr());
+  char* to = static_cast<char*>(buffer.mutable_data_ptr());
+  for (int64_t b = 0; b < rows.size(0); ++b) {
+    for (int64_t h = 0; h < rows.size(1); ++h) {
+      const int64_t head = b * rows.size(1) + h;
+      for (int64_t i = 0; i < n; ++i) {
+        char* row = to + ((head * capacity) + start + i) * row_bytes;
+        const char* src = from + (b * rows.stride(0) + h * rows.stride(1) + i * rows.stride(2)) * item;
+        if (whole_rows) {
+          std::memcpy(row, src, static_cast<size_t>(row_bytes));
+        } else {
+          for (int64_t j = 0; j < d; ++j) std::memcpy(row + j * item, src + j * rows.stride(3) * item, item);
+        }
+      }
+    }
+  }
+  return buffer.narrow(2, 0, start + n);
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -563,7 +615,9 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
         "Tensor seq_lens, float scale, Tensor(a!) out) -> ()");
   m.def("top1(Tensor logits) -> Tensor");
   m.def("widen(Tensor logits) -> Tensor");
+  m.def("residual_add(Tensor a, Tensor b) -> Tensor");
   m.def("store_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc) -> ()");
+  m.def("append_rows(Tensor(a!) buffer, Tensor rows, int start) -> Tensor(a!)");
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
@@ -583,5 +637,7 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("decode_attention_paged", &sglang_rvv::decode_attention_paged);
   m.impl("top1", &sglang_rvv::top1);
   m.impl("widen", &sglang_rvv::widen);
+  m.impl("residual_add", &sglang_rvv::residual_add);
   m.impl("store_kv", &sglang_rvv::store_kv);
+  m.impl("append_rows", &sglang_rvv::append_rows);
 }
