@@ -39,6 +39,7 @@ import torch
 from . import hf_cache, recompile
 from .direct_call import direct_class
 from .kernels import chosen
+from .kernels.rvv import native_op
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention",
@@ -92,9 +93,8 @@ class _NativeOps:
     first use, as the library loads after this module."""
 
     def __getattr__(self, name: str) -> Callable:
-        op = getattr(torch.ops.sglang_rvv_native, name).default
-        op = getattr(op, "_op", op)
-        setattr(self, name, op)
+        op = native_op(name)
+        setattr(self, name, op)  # the next reads find it in the instance's dict
         return op
 
 

@@ -20,6 +20,8 @@ import functools
 
 import torch
 
+from .kernels.rvv import native_op
+
 # Room for at least this many more rows, else for a quarter of the length: a copy of the cache
 # every few dozen steps at first, amortised O(1) per step after, and at most a quarter unused.
 SPARE_MIN = 64
@@ -44,17 +46,11 @@ def appended(layer: object, name: str, old: torch.Tensor, new: torch.Tensor) -> 
         buffer = new.new_empty(batch, heads, total + max(SPARE_MIN, total // 4), d)
         if length:
             buffer.narrow(2, 0, length).copy_(old)
-    view = _append_rows()(buffer, new, length)  # buffer[:, :, length:total] = new; buffer[:, :, :total]
+    # buffer[:, :, length:total] = new, and the view buffer[:, :, :total]: one call for what narrow,
+    # copy_ and narrow from Python did in three ops.
+    view = native_op("append_rows")(buffer, new, length)
     layer.__dict__[_HELD[name]] = (buffer, view)
     return view
-
-
-@functools.cache
-def _append_rows():
-    """The kernel library's append_rows, its overload's own callable (no Python frame before it):
-    one call for what narrow, copy_ and narrow from Python did in three ops."""
-    op = torch.ops.sglang_rvv_native.append_rows.default
-    return getattr(op, "_op", op)
 
 
 @functools.cache

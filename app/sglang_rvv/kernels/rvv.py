@@ -66,18 +66,24 @@ def linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features: int) 
 decompose = linear
 
 
+@functools.cache
+def native_op(name: str) -> Callable:
+    """``sglang_rvv_native::<name>``'s own C++ callable (torch/_ops.py's ``OpOverload._op``):
+    ``torch.ops`` wraps it in two Python ``__call__`` frames (the overload packet's and the
+    overload's), on every call."""
+    op = getattr(torch.ops.sglang_rvv_native, name).default
+    return getattr(op, "_op", op)
+
+
 def direct_op(name: str, out_features: int, in_features: int) -> tuple[Callable, tuple]:
     """The eager route's call of layout ``name``: the native op's C++ callable and the arguments
     after the packed tensors, so ``fn(input, *packed, *tail)``. ``torch.ops`` wraps that callable
     in two Python ``__call__`` frames (the overload packet's and the overload's): about 8.5 k of
     the 20 k instructions a bare op call costs under emulation, on every projection call."""
     if name == "bf16":
-        op, tail = torch.ops.sglang_rvv_native.packed_bf16_linear.default, (out_features, layout.LAYOUT_VERSION)
-    else:
-        quant = layout.quant_layout(name)
-        op = getattr(torch.ops.sglang_rvv_native, f"packed_{name}_linear").default
-        tail = (out_features, in_features, quant.version)
-    return getattr(op, "_op", op), tail  # _op: the overload's own callable (torch/_ops.py)
+        return native_op("packed_bf16_linear"), (out_features, layout.LAYOUT_VERSION)
+    quant = layout.quant_layout(name)
+    return native_op(f"packed_{name}_linear"), (out_features, in_features, quant.version)
 
 
 def native_entry() -> ModuleType | None:
