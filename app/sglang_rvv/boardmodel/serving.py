@@ -49,6 +49,7 @@ MARKS = 4  # before the idle window, after it, after the short request, after th
 IDLE_SECONDS = 60.0
 STARTUP_TIMEOUT = 3600.0
 REQUEST_TIMEOUT = 1800.0
+HEALTH_TIMEOUT = 600.0  # SGLang's /health generates a token, which under the counter takes minutes
 
 
 def wrapper(tool: Tool, root: Path, scratch: Path, python: Path) -> Path:
@@ -161,7 +162,9 @@ def serve_and_mark(executable: Path, model_dir: Path, scratch: Path, port: int, 
                # the scheduler's watchdog (300 s), which would end the server.
                "--watchdog-timeout", str(int(REQUEST_TIMEOUT * 4)), *stack.get("sglang_args", [])]
     server_env = {**environment(), **stack.get("sglang_env", {}), "SGLANG_RVV_COUNT_EXECUTABLE": str(executable),
-                  "SGLANG_RVV_COUNT_DIR": str(scratch), "SGLANG_USE_CPU_ENGINE": "1", **(env or {})}
+                  "SGLANG_RVV_COUNT_DIR": str(scratch), "SGLANG_USE_CPU_ENGINE": "1",
+                  # SGLang's own 20 s: every check failed under the counter, each token aborted unserved.
+                  "SGLANG_HEALTH_CHECK_TIMEOUT": str(int(HEALTH_TIMEOUT)), **(env or {})}
     say = log or (lambda text: None)
     began = time.monotonic()
     with open(scratch / "server.log", "w") as log_file:
@@ -212,7 +215,7 @@ def _wait_healthy(server: subprocess.Popen, port: int, scratch: Path) -> None:
             tail = "".join((scratch / "server.log").read_text().splitlines(keepends=True)[-20:])
             raise ToolError(f"the counted server exited with {server.returncode} before it was healthy:\n{tail}")
         try:
-            _get(f"http://127.0.0.1:{port}/health", timeout=30)
+            _get(f"http://127.0.0.1:{port}/health", timeout=HEALTH_TIMEOUT + 30)
             return
         except OSError:
             time.sleep(5)
