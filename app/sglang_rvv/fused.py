@@ -307,12 +307,14 @@ _ABSENT = object()
 def give_forward(module: torch.nn.Module, forward: Callable, attr: str = "forward") -> None:
     """Make ``forward`` (a function of the module) the callable the module's ``attr`` holds:
     transformers calls ``forward``, SGLang's fused ops their ``_forward_method`` (from their
-    class's forward). The module also skips ``nn.Module.__call__`` where that would only call
-    forward (:mod:`.direct_call`)."""
-    previous, cls = module.__dict__.get(attr, _ABSENT), type(module)
+    class's forward). A module may be given several (an attention's forward and the method it
+    calls). The module also skips ``nn.Module.__call__`` where that would only call forward
+    (:mod:`.direct_call`)."""
+    cls, previous = module.__dict__.get(MARK_ATTR, (type(module), {}))
+    previous.setdefault(attr, module.__dict__.get(attr, _ABSENT))
     setattr(module, attr, types.MethodType(forward, module))
     module.__class__ = direct_class(cls)
-    module.__dict__[MARK_ATTR] = (attr, previous, cls)
+    module.__dict__[MARK_ATTR] = (cls, previous)
 
 
 def take_back(module: torch.nn.Module) -> bool:
@@ -320,11 +322,12 @@ def take_back(module: torch.nn.Module) -> bool:
     mark = module.__dict__.pop(MARK_ATTR, None)
     if mark is None:
         return False
-    attr, previous, module.__class__ = mark
-    if previous is _ABSENT:
-        module.__dict__.pop(attr, None)
-    else:
-        module.__dict__[attr] = previous
+    module.__class__, previous = mark
+    for attr, held in previous.items():
+        if held is _ABSENT:
+            module.__dict__.pop(attr, None)
+        else:
+            module.__dict__[attr] = held
     return True
 
 
@@ -491,7 +494,7 @@ def install_hf(model: torch.nn.Module) -> Counter:
     if sampling is not None:
         # generate() looks _sample up on the model's class, not on the model: the model becomes an
         # instance of a subclass holding the rebound copy, as a fused forward's module does.
-        model.__dict__[MARK_ATTR] = ("_sample", _ABSENT, type(model))
+        model.__dict__[MARK_ATTR] = (type(model), {})
         model.__class__ = sampling
         given["top1"] += 1
     for module in model.modules():

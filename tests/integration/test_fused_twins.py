@@ -577,6 +577,54 @@ def test_sglang_modules_get_the_kernels_and_skip_module_call(native, monkeypatch
     assert [type(m) for m in model] == classes
 
 
+class _Projection(torch.nn.Module):
+    """A projection as SGLang's linear layers return it, ``(output, bias)``: the MLP's children."""
+
+    def __init__(self, out_features: int, in_features: int, seed: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(_randn(out_features, in_features, seed=seed), requires_grad=False)
+
+    def forward(self, x, forward_batch=None):
+        return F.linear(x, self.weight), None
+
+
+def test_sglang_model_code_reads_its_children_from_modules(native):
+    """SGLang's LlamaMLP.forward (its own source, compiled again) reads its children from
+    ``_modules`` (no child name left to look up), gives its class's forward's bits, uses a child
+    replaced by ``setattr``, and is taken back."""
+    from sglang.srt.layers.activation import SiluAndMul
+    from sglang.srt.models.llama import LlamaMLP
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    mlp = LlamaMLP.__new__(LlamaMLP)  # SGLang's constructor needs its tensor-parallel groups
+    torch.nn.Module.__init__(mlp)
+    mlp.gate_up_proj, mlp.down_proj, mlp.act_fn = _Projection(128, 32, 1), _Projection(32, 64, 2), SiluAndMul()
+    mlp.requires_grad_(False)
+    x = _randn(3, 32, seed=3)
+    assert srt_fused.install_sglang(mlp) == {"children": 1, "silu_mul": 1}
+    given, original = mlp.__dict__["forward"].__func__.__code__, LlamaMLP.forward.__code__
+    children = {"gate_up_proj", "act_fn", "down_proj"}
+    assert set(given.co_names) == set(original.co_names) - children | {"_modules"}
+    assert isinstance(mlp, DirectCall) and type(mlp).__name__ == "LlamaMLP"
+    assert torch.equal(mlp(x), LlamaMLP.forward(mlp, x))
+    mlp.down_proj = _Projection(32, 64, 4)
+    assert torch.equal(mlp(x), LlamaMLP.forward(mlp, x))
+    assert fused.take_back(mlp) and type(mlp) is LlamaMLP and "forward" not in mlp.__dict__
+
+
+def test_a_module_given_two_methods_gets_both_back():
+    """An attention's forward and the method it calls, both given: both are taken back, and the
+    module is its class again."""
+    module = torch.nn.Linear(2, 2)
+    cls, forward = type(module), module.forward
+    fused.give_forward(module, lambda self, x: "given", attr="forward")
+    fused.give_forward(module, lambda self: "prepared", attr="forward_prepare")
+    assert module(1) == "given" and module.forward_prepare() == "prepared" and isinstance(module, DirectCall)
+    assert fused.take_back(module) and not fused.take_back(module)
+    assert type(module) is cls and module.forward == forward and not hasattr(module, "forward_prepare")
+
+
 def test_a_module_tensor_is_its_parameter_its_buffer_or_its_attribute():
     module = torch.nn.Module()
     module.weight = torch.nn.Parameter(torch.ones(2))

@@ -38,21 +38,29 @@ indexes ``k_cache[loc] = k`` and ``v_cache[loc] = v``: two index_put_ calls, som
 instructions a layer under qemu. The hook (once per process, with the attention's) gives
 ``_store_kv_layer`` a copy whose ``_set_kv_buffer_impl`` is one native row copy where it covers
 the call (:func:`sglang_rvv.fused.store_kv_servable`), SGLang's function otherwise.
+
+SGLang's model code reads each child module as an attribute (``self.qkv_proj``), through
+``nn.Module.__getattr__``. Each ``forward*`` method of a ``sglang.srt.models`` class that does is
+compiled again from its source with those reads made ``self._modules[...]`` reads
+(:mod:`sglang_rvv.recompile`; ``children`` in the report), where its source is its code.
 """
 
 from __future__ import annotations
 
+import functools
+import types
 from collections import Counter
 
 import torch
 
-from .. import fused
+from .. import fused, recompile
 
 _NORM = "sglang.srt.layers.layernorm.RMSNorm"
 _SILU = "sglang.srt.layers.activation.SiluAndMul"
 _ROTARY = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding"
 _RADIX = "sglang.srt.layers.radix_attention.RadixAttention"
 _KV_STORE = "_set_kv_buffer_impl"
+_MODELS = "sglang.srt.models."
 
 
 def _qualname(cls: type) -> str:
@@ -183,6 +191,38 @@ def _give_kv_store() -> bool:
     return _hook(MHATokenToKVPool, "_store_kv_layer", _store_kv_layer)
 
 
+def _forwards(cls: type) -> list[str]:
+    """The ``forward*`` methods that SGLang's model code (``sglang.srt.models``) defines for ``cls``."""
+    return sorted({name for base in cls.__mro__ if base.__module__.startswith(_MODELS)
+                   for name, value in vars(base).items()
+                   if name.startswith("forward") and isinstance(value, types.FunctionType)})
+
+
+@functools.cache
+def _children_read(cls: type, name: str, children: frozenset[str]) -> types.FunctionType | None:
+    """``cls.<name>`` compiled again with its children read from ``_modules``
+    (:class:`..recompile.ChildModules`); None where it reads none or its source is not its code."""
+    reads = recompile.ChildModules(children)
+    changed = recompile.recompiled(getattr(cls, name), [reads], {})
+    return changed if reads.count else None
+
+
+def _give_children(module: torch.nn.Module) -> bool:
+    """Give a module of SGLang's model code its ``forward*`` methods with their children read from
+    ``_modules``: a decoder layer, attention and MLP read 13 children a Qwen3 layer a step, each
+    through ``nn.Module.__getattr__`` (about 40 bytecodes). A name the class itself defines (a
+    property, say) is not a child read. Whether any was given."""
+    cls = type(module)
+    children = frozenset(name for name in module._modules if not hasattr(cls, name))
+    given = False
+    for name in _forwards(cls) if children else ():
+        changed = _children_read(cls, name, children)
+        if changed is not None:
+            fused.give_forward(module, changed, attr=name)
+            given = True
+    return given
+
+
 def install_sglang(model: torch.nn.Module) -> Counter:
     given: Counter = Counter()
     for module in model.modules():
@@ -198,6 +238,8 @@ def install_sglang(model: torch.nn.Module) -> Counter:
         elif name == _SILU:
             fused.give_forward(module, _silu_forward, attr="_forward_method")
             given["silu_mul"] += 1
+        elif name.startswith(_MODELS) and _give_children(module):
+            given["children"] += 1
     if given["attention"]:
         _give_paged_decode()
         if _give_top1():
