@@ -500,7 +500,7 @@ def install_hf(model: torch.nn.Module) -> Counter:
     for module in model.modules():
         name = type(module).__name__
         if (name in HF_ATTENTIONS
-                and (attention := _hf_attention_forward(type(module), frozenset(module._modules)))[0] is not None):
+                and (attention := _hf_attention_forward(type(module), recompile.child_names(module)))[0] is not None):
             give_forward(module, attention[0])
             given.update(attention[1])
         elif name in HF_NORMS and hasattr(module, "variance_epsilon"):
@@ -510,7 +510,7 @@ def install_hf(model: torch.nn.Module) -> Counter:
             give_forward(module, _hf_mlp_forward)
             given["silu_mul"] += 1
         elif (name in HF_DECODER_LAYERS
-              and (layer := _hf_layer_forward(type(module), frozenset(module._modules))) is not None):
+              and (layer := _hf_layer_forward(type(module), recompile.child_names(module))) is not None):
             give_forward(module, layer)
             given["residual_add"] += 1
     return given

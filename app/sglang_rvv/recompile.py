@@ -38,6 +38,14 @@ class ChildModules(ast.NodeTransformer):
         return node
 
 
+def child_names(module: object) -> frozenset[str]:
+    """The children of ``module`` (an ``nn.Module``) that :class:`ChildModules` may read from
+    ``_modules``: all of them but a name its class defines (a property, say), which an attribute
+    read finds before ``_modules``."""
+    cls = type(module)
+    return frozenset(name for name in module._modules if not hasattr(cls, name))
+
+
 class Calls(ast.NodeTransformer):
     """``<left> + <right>`` of two names, or ``<obj>.<method>(...)``, made ``<callee>(...)`` with the
     same operands (the object first); counts them."""

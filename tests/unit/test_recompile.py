@@ -100,3 +100,18 @@ def test_decorated_wrapped_and_closures_are_refused(module):
 
     assert recompile.recompiled(closure, [calls], {}) is None
     assert recompile.recompiled(len, [calls], {}) is None
+
+
+def test_a_child_its_class_names_is_no_child_read():
+    """A child registered under a name the class defines (a property) is read by attribute as the
+    property, so ChildModules must not make it a ``_modules`` read."""
+
+    class WithHead(torch.nn.Module):
+        @property
+        def head(self):
+            return "the property"
+
+    module = WithHead()
+    module.body, module.head = torch.nn.Identity(), torch.nn.Identity()
+    assert set(module._modules) == {"body", "head"} and module.head == "the property"
+    assert recompile.child_names(module) == {"body"}

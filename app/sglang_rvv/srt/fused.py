@@ -210,10 +210,8 @@ def _children_read(cls: type, name: str, children: frozenset[str]) -> types.Func
 def _give_children(module: torch.nn.Module) -> bool:
     """Give a module of SGLang's model code its ``forward*`` methods with their children read from
     ``_modules``: a decoder layer, attention and MLP read 13 children a Qwen3 layer a step, each
-    through ``nn.Module.__getattr__`` (about 40 bytecodes). A name the class itself defines (a
-    property, say) is not a child read. Whether any was given."""
-    cls = type(module)
-    children = frozenset(name for name in module._modules if not hasattr(cls, name))
+    through ``nn.Module.__getattr__`` (about 40 bytecodes). Whether any was given."""
+    cls, children = type(module), recompile.child_names(module)
     given = False
     for name in _forwards(cls) if children else ():
         changed = _children_read(cls, name, children)
