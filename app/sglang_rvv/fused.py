@@ -42,8 +42,9 @@ from .kernels import chosen
 from .kernels.rvv import native_op
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
-NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rotary_neox", "decode_attention",
-              "decode_attention_paged", "residual_add", "top1", "widen", "store_kv", "append_rows")
+NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "silu_and_mul", "rotary_neox", "rotary_neox_at",
+              "decode_attention", "decode_attention_paged", "residual_add", "top1", "widen", "store_kv",
+              "append_rows")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
@@ -82,8 +83,9 @@ def available() -> tuple[bool, str]:
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul, rotary_neox, decode_attention (paged too), residual_add, "
-                  f"top1, widen, store_kv and append_rows from the rvv kernel library ({provider.NAME})")
+    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul (and silu_and_mul), rotary_neox (and rotary_neox_at), "
+                  f"decode_attention (paged too), residual_add, top1, widen, store_kv and append_rows from the rvv "
+                  f"kernel library ({provider.NAME})")
 
 
 class _NativeOps:
@@ -134,6 +136,12 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return _NATIVE.silu_mul(gate, up)
 
 
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """:func:`silu_mul` of the two halves of ``x``'s rows (gate, then up), SGLang's layout: the
+    same bits, without slicing them first."""
+    return _NATIVE.silu_and_mul(x)
+
+
 def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     """Whether :func:`rotary` may take these: bfloat16 on the CPU outside autograd, q and k
     [batch, heads, seq, d] with contiguous last dims, cos and sin [batch or 1, seq, >= d/2] alike.
@@ -156,6 +164,32 @@ def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: to
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, k) rotated neox style by the first half of cos and sin (kernels.h's formula)."""
     return _NATIVE.rotary_neox(q, k, cos, sin)
+
+
+def rotary_at_servable(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cache: torch.Tensor) -> bool:
+    """Whether :func:`rotary_at` may take SGLang's rotary: bfloat16 query and key [tokens, heads *
+    d] with contiguous last dims, a bfloat16 cos_sin_cache [positions, d] (d even) with contiguous
+    rows, contiguous int64 positions [tokens], on the CPU outside autograd. (The op checks that
+    every position is a row of the cache.)"""
+    bf16 = torch.bfloat16
+    if not (query.dtype is bf16 and key.dtype is bf16 and cache.dtype is bf16 and positions.dtype is torch.int64
+            and query.is_cpu):
+        return False
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad):
+        return False
+    qs, ks, cs = query.shape, key.shape, cache.shape
+    if len(qs) != 2 or len(ks) != 2 or len(cs) != 2 or positions.dim() != 1:
+        return False
+    d = cs[1]
+    return (d > 0 and d % 2 == 0 and qs[1] % d == 0 and ks[1] % d == 0 and qs[0] == ks[0] == positions.shape[0]
+            and query.stride(1) == 1 and key.stride(1) == 1 and cache.stride(1) == 1 and positions.is_contiguous())
+
+
+def rotary_at(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+              cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(query, key) rotated neox style, token t by row ``positions[t]`` of ``cache`` (cos then sin):
+    :func:`rotary` over the gathered rows, the same bits, in one call."""
+    return _NATIVE.rotary_neox_at(positions, query, key, cache)
 
 
 def attention_servable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

@@ -168,6 +168,7 @@ def check_silu_mul(d: int, rows: int) -> dict:
     ref = F.silu(gate.double()) * up.double()
     return {"shape": list(out.shape), "same_as_contiguous": torch.equal(out, native().silu_mul(gate.contiguous(),
                                                                                                 up.contiguous())),
+            "whole_equal": torch.equal(out, native().silu_and_mul(both)),
             "digest": digest(out), **_fused_sqnr(out, ref)}
 
 
@@ -184,11 +185,26 @@ def check_rotary(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, tabl
     again = rotary(q.contiguous(), k.contiguous(), cos, sin)
     result = {"shapes": [list(q_out.shape), list(k_out.shape)],
               "same_as_contiguous": torch.equal(q_out, again[0]) and torch.equal(k_out, again[1]),
+              "at_positions_equal": rotary_at_positions_equal(q_heads, kv_heads, batch * seq, d, seed),
               "digest": digest(torch.cat([q_out.flatten(), k_out.flatten()]))}
     if MODE == "full":
         result["sqnr_db"] = round(min(sqnr_db(q_out, rotary_reference(q, cos, sin)),
                                       sqnr_db(k_out, rotary_reference(k, cos, sin))), 1)
     return result
+
+
+def rotary_at_positions_equal(q_heads: int, kv_heads: int, tokens: int, d: int, seed: int) -> bool:
+    """SGLang's layout: rotary_neox_at over q and k split from one qkv row per token and a
+    cos_sin_cache, the bits of rotary_neox over the cache rows gathered."""
+    cache = _randn(4096, d, seed=seed + 2)
+    qkv = _randn(tokens, (q_heads + 2 * kv_heads) * d, seed=seed + 3)
+    q, k, _ = qkv.split([q_heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    positions = torch.randint(0, 4096, (tokens,), generator=torch.Generator().manual_seed(seed))
+    q_out, k_out = native().rotary_neox_at(positions, q, k, cache)
+    table = cache.index_select(0, positions).unsqueeze(1)
+    q_want, k_want = native().rotary_neox(q.view(tokens, -1, 1, d), k.view(tokens, -1, 1, d), table[..., : d // 2],
+                                          table[..., d // 2:])
+    return torch.equal(q_out, q_want.reshape(q.shape)) and torch.equal(k_out, k_want.reshape(k.shape))
 
 
 def rotary_tables(batch: int, seq: int, d: int, seed: int):

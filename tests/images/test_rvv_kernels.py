@@ -171,6 +171,7 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         d, rows = (int(part.split("=")[1]) for part in case.split()[1:])
         assert r["shape"] == [rows, d], r
         assert r.get("same_as_contiguous", True), r  # strided halves read as the contiguous copies
+        assert r.get("whole_equal", True), r  # silu_and_mul of the unsliced rows: silu_mul's bits
         if full:
             assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
     elif case.startswith("addnorm "):
@@ -181,6 +182,7 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         batch, q_heads, kv_heads, seq, d, _ = (int(v) for v in case.split()[1].split("x"))
         assert r["shapes"] == [[batch, q_heads, seq, d], [batch, kv_heads, seq, d]], r
         assert r["same_as_contiguous"], r  # a transposed q reads as its contiguous copy
+        assert r["at_positions_equal"], r  # SGLang's layout, the cache rows at positions: the same bits
         if full:
             assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
     elif case.startswith("attention "):

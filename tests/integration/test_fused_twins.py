@@ -64,6 +64,7 @@ def test_silu_mul_within_one_rounding(native, d):
     gate, up = both[:, :d], both[:, d:]  # SGLang's halves: rows 2d apart
     out = native.silu_mul(gate, up)
     assert torch.equal(out, native.silu_mul(gate.contiguous(), up.contiguous()))
+    assert torch.equal(native.silu_and_mul(both), out)  # the halves of each row, unsliced
     assert _sqnr_db(out, F.silu(gate.double()) * up.double()) > 45
 
 
@@ -98,6 +99,22 @@ def test_rotary_is_one_rounding_of_the_fp64_rotation(native, batch, q_heads, kv_
     # Strides never change a bit; only the first half of each table is read (SGLang passes halves).
     contiguous = native.rotary_neox(q.contiguous(), k.contiguous(), cos[..., : d // 2], sin[..., : d // 2])
     assert torch.equal(contiguous[0], q_out) and torch.equal(contiguous[1], k_out)
+
+
+@pytest.mark.parametrize("tokens,q_heads,kv_heads,d", [(1, 16, 8, 128), (7, 9, 3, 64), (3, 1, 1, 2)])
+def test_rotary_at_positions_is_rotary_over_the_gathered_cache_rows(native, tokens, q_heads, kv_heads, d):
+    """SGLang's layout: q and k split from one qkv row per token, each rotated by its position's row
+    of cos_sin_cache (cos then sin): the bits of rotary_neox over those rows gathered."""
+    cache = _randn(4096, d, seed=d)
+    qkv = _randn(tokens, (q_heads + 2 * kv_heads) * d, seed=tokens)
+    q, k, _ = qkv.split([q_heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    positions = torch.randint(0, 4096, (tokens,), generator=torch.Generator().manual_seed(d))
+    q_out, k_out = native.rotary_neox_at(positions, q, k, cache)
+    assert q_out.shape == q.shape and k_out.shape == k.shape and q_out.is_contiguous() and k_out.is_contiguous()
+    table = cache.index_select(0, positions).unsqueeze(1)
+    q_want, k_want = native.rotary_neox(q.view(tokens, -1, 1, d), k.view(tokens, -1, 1, d), table[..., : d // 2],
+                                        table[..., d // 2:])
+    assert torch.equal(q_out, q_want.reshape(q.shape)) and torch.equal(k_out, k_want.reshape(k.shape))
 
 
 def _attention_fp64(q, k, v, scale):
@@ -224,6 +241,15 @@ def _kv_store_call(change: dict):
      "last dim must be contiguous"),
     (lambda n: n.silu_mul(torch.ones(2, 8, dtype=torch.bfloat16), torch.ones(2, 4, dtype=torch.bfloat16)),
      "gate and up of one shape"),
+    (lambda n: n.silu_and_mul(_bf16(2, 7)), r"a last dim of gate then up \(even\), got \[2, 7\]"),
+    (lambda n: n.rotary_neox_at(torch.tensor([0, 8]), _bf16(2, 16), _bf16(2, 8), _bf16(8, 8)),
+     "token 1 is at position 8, outside the cos_sin_cache's 8 rows"),
+    (lambda n: n.rotary_neox_at(torch.tensor([0, 1]), _bf16(2, 12), _bf16(2, 8), _bf16(8, 8)),
+     r"query and key \[2 tokens, heads \* 8\]"),
+    (lambda n: n.rotary_neox_at(torch.tensor([0, 1], dtype=torch.int32), _bf16(2, 16), _bf16(2, 8), _bf16(8, 8)),
+     "expects contiguous int64 positions"),
+    (lambda n: n.rotary_neox_at(torch.tensor([0]), _bf16(1, 14), _bf16(1, 7), _bf16(8, 7)),
+     r"cos_sin_cache \[positions, head_dim\] \(even"),
     (lambda n: n.fused_add_rmsnorm(torch.ones(2, 8, dtype=torch.bfloat16).t(), torch.ones(8, 2, dtype=torch.bfloat16),
                                    torch.ones(2, dtype=torch.bfloat16), 1e-6), "contiguous input and residual"),
     (lambda n: n.rotary_neox(torch.ones(1, 2, 1, 7, dtype=torch.bfloat16), torch.ones(1, 1, 1, 7, dtype=torch.bfloat16),
@@ -255,7 +281,9 @@ def _kv_store_call(change: dict):
     (_kv_store_call({"loc": torch.tensor([3, 4], dtype=torch.int32)}), "expects contiguous int64 slots"),
     (_kv_store_call({"v": torch.ones(2, 2, 8)}), "of their dtype, 2 slots; got Float"),
     (_kv_store_call({"k": torch.ones(2, 8, 2, dtype=torch.bfloat16).transpose(1, 2)}), "contiguous rows"),
-], ids=["dtype", "weight size", "strided", "silu shapes", "in place strided", "odd head", "short table", "gqa ratio",
+], ids=["dtype", "weight size", "strided", "silu shapes", "silu odd row", "rotary position past",
+        "rotary heads", "rotary int32 positions", "rotary odd cache", "in place strided", "odd head", "short table",
+        "gqa ratio",
         "float kv", "paged slot", "paged length", "paged pool", "paged int64 table", "paged cache shape",
         "top1 dtype", "top1 empty", "top1 strided", "top1 uneven rows", "widen dtype", "widen strided",
         "add dtype", "add shapes",
@@ -565,16 +593,41 @@ def test_sglang_modules_get_the_kernels_and_skip_module_call(native, monkeypatch
         op = getattr(fused, name)
         return lambda *args: ran.append(name) or op(*args)
 
-    for name in ("rms_norm", "silu_mul"):
+    for name in ("rms_norm", "silu_and_mul"):
         monkeypatch.setattr(fused, name, spy(name))
     assert srt_fused.install_sglang(model) == {"rmsnorm": 1, "silu_mul": 1}
     assert all(isinstance(m, DirectCall) and type(m).__name__ == c.__name__
                for m, c in zip(model, classes, strict=True))
     for got, want in zip((model[0](x), model[1](gate_up)), as_built, strict=True):
         assert _sqnr_db(got, want) > 40
-    assert ran == ["rms_norm", "silu_mul"]
+    assert ran == ["rms_norm", "silu_and_mul"]
     assert sum(fused.take_back(m) for m in model) == 2
     assert [type(m) for m in model] == classes
+
+
+def test_sglang_rotary_takes_the_kernel_at_its_positions(native, monkeypatch):
+    """SGLang's RotaryEmbedding (Qwen3-0.6B's head), given the kernels, rotates the query and key
+    split from one qkv row by one native call, within one rounding of its own forward_native; a
+    rotary of part of the head keeps SGLang's code."""
+    from sglang.srt.layers.rotary_embedding import base
+    from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    monkeypatch.setattr(base, "_is_cpu", True)  # as the appliance imports it (SGLANG_USE_CPU_ENGINE=1)
+    ran = []
+    monkeypatch.setattr(fused, "rotary_at", lambda *args: ran.append(args[0]) or native.rotary_neox_at(*args))
+    whole, part = (RotaryEmbedding(128, dim, 4096, 1e6, True, torch.bfloat16) for dim in (128, 64))
+    qkv = _randn(3, (16 + 2 * 8) * 128, seed=9)
+    q, k, _ = qkv.split([16 * 128, 8 * 128, 8 * 128], dim=-1)
+    positions = torch.tensor([0, 17, 4095])
+    wants = [rope.forward_native(positions, q.clone(), k.clone()) for rope in (whole, part)]
+    assert srt_fused.install_sglang(torch.nn.Sequential(whole, part)) == {"rotary": 2}
+    for rope, want in zip((whole, part), wants, strict=True):
+        got = rope(positions, q, k)
+        assert got[0].shape == q.shape and got[1].shape == k.shape
+        assert _sqnr_db(got[0], want[0]) > 40 and _sqnr_db(got[1], want[1]) > 40
+    assert len(ran) == 1 and ran[0] is positions  # the whole head only
 
 
 class _Projection(torch.nn.Module):
@@ -719,6 +772,12 @@ UNCOVERED = {
                                                             _bf16(1, 1, 32), _bf16(1, 1, 32)),
     "a rotary table shorter than half the head": lambda: fused.rotary_servable(_bf16(1, 2, 1, 64), _bf16(1, 2, 1, 64),
                                                                                _bf16(1, 1, 31), _bf16(1, 1, 31)),
+    "an odd rotary cache (SGLang's layout)": lambda: fused.rotary_at_servable(
+        torch.zeros(1, dtype=torch.int64), _bf16(1, 2 * 63), _bf16(1, 63), _bf16(8, 63)),
+    "SGLang's query of part-heads": lambda: fused.rotary_at_servable(
+        torch.zeros(1, dtype=torch.int64), _bf16(1, 96), _bf16(1, 64), _bf16(8, 64)),
+    "int32 positions": lambda: fused.rotary_at_servable(
+        torch.zeros(1, dtype=torch.int32), _bf16(1, 128), _bf16(1, 64), _bf16(8, 64)),
     "a GQA ratio that is not whole (3 query heads on 2)": lambda: fused.attention_servable(
         _bf16(1, 3, 1, 64), _bf16(1, 2, 5, 64), _bf16(1, 2, 5, 64)),
     "keys of another head dim than the query": lambda: fused.attention_servable(
@@ -740,6 +799,7 @@ def test_the_covered_neighbours_of_those_shapes_are_taken():
     """The same checks pass a shape one step away, so the refusals above are the shapes', not the checks'."""
     assert fused.servable(_bf16(1, 576), _bf16(576))
     assert fused.rotary_servable(_bf16(1, 2, 1, 64), _bf16(1, 2, 1, 64), _bf16(1, 1, 32), _bf16(1, 1, 32))
+    assert fused.rotary_at_servable(torch.zeros(1, dtype=torch.int64), _bf16(1, 128), _bf16(1, 64), _bf16(8, 64))
     assert fused.attention_servable(_bf16(1, 4, 1, 64), _bf16(1, 2, 5, 64), _bf16(1, 2, 5, 64))
     assert fused.paged_attention_servable(_bf16(1, 4, 64), _bf16(1, 4, 64), _bf16(8, 2, 64), _bf16(8, 2, 64),
                                           torch.zeros(1, 8, dtype=torch.int32), torch.zeros(1, dtype=torch.int64),

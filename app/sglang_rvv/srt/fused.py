@@ -82,26 +82,19 @@ def _norm_forward(self, x, residual=None, post_residual_addition=None, quant_lin
 
 
 def _silu_forward(self, x):
-    d = x.shape[-1] // 2 if x.dim() else 0
-    if d and x.shape[-1] == 2 * d and fused.servable(x):
-        return fused.silu_mul(x[..., :d], x[..., d:])  # the halves' rows are 2d apart: the kernel reads them so
+    if fused.servable(x) and x.shape[-1] % 2 == 0:
+        return fused.silu_and_mul(x)
     return self.forward_cpu(x)
 
 
 def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
+    # One native call: the cache rows' gather and the views around the kernel cost 7 more torch
+    # ops a layer, a few thousand instructions each in Debian's torch.
     cache = fused.module_tensor(self, "cos_sin_cache")
-    if (fused_set_kv_buffer_arg is None and self.is_neox_style and self.rotary_dim == self.head_size
-            and cache.dtype is torch.bfloat16 and query.dim() == 2 and key.dim() == 2):
+    if fused_set_kv_buffer_arg is None and self.is_neox_style and self.rotary_dim == self.head_size:
         at = positions if offsets is None else positions + offsets
-        # [tokens, heads * d] as the kernel's [batch = tokens, heads, seq = 1, d]; the cache row
-        # of each token holds cos then sin, d/2 each.
-        tokens, d, half = query.shape[0], self.head_size, self.head_size // 2
-        table = cache.index_select(0, at.flatten()).unsqueeze(1)
-        q, k = query.view(tokens, -1, 1, d), key.view(tokens, -1, 1, d)
-        cos, sin = table[..., :half], table[..., half:]
-        if fused.rotary_servable(q, k, cos, sin):
-            q_out, k_out = fused.rotary(q, k, cos, sin)
-            return q_out.view(query.shape), k_out.view(key.shape)
+        if fused.rotary_at_servable(at, query, key, cache):
+            return fused.rotary_at(at, query, key, cache)
     return self.forward_cpu(positions, query, key, offsets, fused_set_kv_buffer_arg)
 
 

@@ -132,6 +132,9 @@ struct RotaryArgs {
   uint16_t* out;        // [batch, heads, seq, d], strides ob, oh, os
   int64_t heads, seq, d;
   int64_t xb, xh, xs, cb, cs, ob, oh, os;
+  // SGLang's cos_sin_cache, when set: batch row b's cos and sin rows are the cache's row
+  // positions[b] (cb apart), not row b; the op has checked every position.
+  const int64_t* positions = nullptr;  // [batch]
 };
 
 // A decode step's attention: row r = b * q_heads + h is query head h of batch row b.

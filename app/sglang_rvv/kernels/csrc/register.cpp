@@ -351,6 +351,22 @@ at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
   return out;
 }
 
+// SGLang's SiluAndMul: x [..., 2d] holds gate then up in each row; out [..., d]. One call where
+// silu_mul would need the two halves sliced first (two more torch ops a layer).
+at::Tensor silu_and_mul(const at::Tensor& x) {
+  const int64_t two_d = x.dim() ? x.size(-1) : 0, d = two_d / 2;
+  TORCH_CHECK(two_d % 2 == 0, "sglang_rvv_native::silu_and_mul expects a last dim of gate then up (even), got ",
+              x.sizes());
+  const int64_t ldx = row_stride(x, two_d, "silu_and_mul", "input");
+  at::Tensor out = new_output(out_shape(x, d), x.scalar_type());
+  const int64_t rows = d ? x.numel() / two_d : 0;
+  if (rows == 0) return out;
+  const uint16_t* gate = bf16_bits(x);
+  const SiluMulArgs args{gate, gate + d, bf16_bits_mut(out), ldx, ldx, d, d};
+  for_rows(args, rows, d, isa().silu_mul);
+  return out;
+}
+
 // cos or sin as rotary's [batch, seq, >= d/2] table: a batch of one broadcasts (stride 0).
 void check_rotary_table(const at::Tensor& t, const at::Tensor& q, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.dim() == 3 && (t.size(0) == 1 || t.size(0) == q.size(0)) &&
@@ -390,6 +406,47 @@ std::tuple<at::Tensor, at::Tensor> rotary_neox(const at::Tensor& q, const at::Te
               "sglang_rvv_native::rotary_neox expects cos and sin of one shape and strides, got ", cos.sizes(), " ",
               cos.strides(), " and ", sin.sizes(), " ", sin.strides());
   return {rotate(q, cos, sin, "query"), rotate(k, cos, sin, "key")};
+}
+
+// SGLang's RotaryEmbedding for the whole head, neox style: query [tokens, q_heads * d] and key
+// [tokens, kv_heads * d] (rows any distance apart: the splits of one qkv row), token t rotated by
+// row positions[t] of cos_sin_cache [positions, d] (cos then sin, d/2 each). Returns the rotated
+// query and key, contiguous, in their shapes: the gather of the cache rows and the views around
+// rotary_neox, in one call.
+std::tuple<at::Tensor, at::Tensor> rotary_neox_at(const at::Tensor& positions, const at::Tensor& query,
+                                                  const at::Tensor& key, const at::Tensor& cos_sin_cache) {
+  const at::Tensor& cache = cos_sin_cache;
+  TORCH_CHECK(cache.scalar_type() == at::kBFloat16 && cache.dim() == 2 && cache.size(1) % 2 == 0 &&
+                  cache.size(1) > 0 && cache.stride(1) == 1,
+              "sglang_rvv_native::rotary_neox_at expects a bfloat16 cos_sin_cache [positions, head_dim] (even, "
+              "contiguous rows), got ", cache.scalar_type(), " ", cache.sizes(), " strides ", cache.strides());
+  const int64_t d = cache.size(1), tokens = positions.numel();
+  TORCH_CHECK(positions.dim() == 1 && positions.scalar_type() == at::kLong && positions.is_contiguous(),
+              "sglang_rvv_native::rotary_neox_at expects contiguous int64 positions [tokens], got ",
+              positions.scalar_type(), " ", positions.sizes());
+  for (const at::Tensor* t : {&query, &key}) {
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->dim() == 2 && t->size(0) == tokens &&
+                    t->size(1) % d == 0 && (t->stride(1) == 1 || t->size(1) <= 1),
+                "sglang_rvv_native::rotary_neox_at expects a bfloat16 query and key [", tokens, " tokens, heads * ",
+                d, "] with a contiguous last dim, got ", t->scalar_type(), " ", t->sizes(), " strides ",
+                t->strides());
+  }
+  const int64_t* at_row = positions.const_data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    TORCH_CHECK(at_row[t] >= 0 && at_row[t] < cache.size(0), "sglang_rvv_native::rotary_neox_at: token ", t,
+                " is at position ", at_row[t], ", outside the cos_sin_cache's ", cache.size(0), " rows");
+  }
+  auto rotated = [&](const at::Tensor& x) {
+    at::Tensor out = new_output(x.sizes(), x.scalar_type());
+    if (out.numel() == 0) return out;
+    const int64_t heads = x.size(1) / d;
+    RotaryArgs args{bf16_bits(x), bf16_bits(cache), bf16_bits(cache) + d / 2, bf16_bits_mut(out), heads, 1, d,
+                    x.stride(0), d, 0, cache.stride(0), 0, heads * d, d, 0};
+    args.positions = at_row;
+    for_rows(args, tokens * heads, d, isa().rotary);
+    return out;
+  };
+  return {rotated(query), rotated(key)};
 }
 
 // One decode step's attention, transformers' layout: q [batch, q_heads, 1, d], k and v [batch,
@@ -609,7 +666,9 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("rmsnorm(Tensor input, Tensor weight, float eps) -> Tensor");
   m.def("fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
+  m.def("silu_and_mul(Tensor x) -> Tensor");
   m.def("rotary_neox(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)");
+  m.def("rotary_neox_at(Tensor positions, Tensor query, Tensor key, Tensor cos_sin_cache) -> (Tensor, Tensor)");
   m.def("decode_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
   m.def("decode_attention_paged(Tensor q, Tensor k_cache, Tensor v_cache, Tensor req_to_token, Tensor pool, "
         "Tensor seq_lens, float scale, Tensor(a!) out) -> ()");
@@ -632,7 +691,9 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("rmsnorm", &sglang_rvv::rmsnorm);
   m.impl("fused_add_rmsnorm", &sglang_rvv::fused_add_rmsnorm);
   m.impl("silu_mul", &sglang_rvv::silu_mul);
+  m.impl("silu_and_mul", &sglang_rvv::silu_and_mul);
   m.impl("rotary_neox", &sglang_rvv::rotary_neox);
+  m.impl("rotary_neox_at", &sglang_rvv::rotary_neox_at);
   m.impl("decode_attention", &sglang_rvv::decode_attention);
   m.impl("decode_attention_paged", &sglang_rvv::decode_attention_paged);
   m.impl("top1", &sglang_rvv::top1);

@@ -156,7 +156,7 @@ template <class Row>
 static inline void rotary_rows(const RotaryArgs& a, int64_t row_begin, int64_t row_end, Row row) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t p = r % a.seq, h = r / a.seq % a.heads, b = r / a.seq / a.heads;
-    const int64_t c = b * a.cb + p * a.cs;
+    const int64_t c = (a.positions ? a.positions[b] : b) * a.cb + p * a.cs;
     row(a.x + b * a.xb + h * a.xh + p * a.xs, a.cos + c, a.sin + c, a.out + b * a.ob + h * a.oh + p * a.os);
   }
 }
