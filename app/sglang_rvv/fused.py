@@ -42,7 +42,7 @@ from .kernels import chosen
 from .kernels.rvv import native_op
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
-NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "silu_and_mul", "rotary_neox", "rotary_neox_at",
+NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "qk_rmsnorm", "silu_mul", "silu_and_mul", "rotary_neox", "rotary_neox_at",
               "decode_attention", "decode_attention_paged", "residual_add", "top1", "widen", "store_kv",
               "append_rows")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
@@ -83,9 +83,9 @@ def available() -> tuple[bool, str]:
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, (f"rmsnorm, fused_add_rmsnorm, silu_mul (and silu_and_mul), rotary_neox (and rotary_neox_at), "
-                  f"decode_attention (paged too), residual_add, top1, widen, store_kv and append_rows from the rvv "
-                  f"kernel library ({provider.NAME})")
+    return True, (f"rmsnorm, fused_add_rmsnorm, qk_rmsnorm, silu_mul (and silu_and_mul), rotary_neox (and "
+                  f"rotary_neox_at), decode_attention (paged too), residual_add, top1, widen, store_kv and "
+                  f"append_rows from the rvv kernel library ({provider.NAME})")
 
 
 class _NativeOps:
@@ -130,6 +130,29 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """In place: ``residual = bf16(x + residual)``, then ``x = rms_norm(residual)``."""
     _NATIVE.fused_add_rmsnorm(x, residual, weight, eps)
+
+
+def qk_norm_servable(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor) -> bool:
+    """Whether :func:`qk_rms_norm_` may take SGLang's q and k: bfloat16 [tokens, heads * d] with
+    contiguous last dims on the CPU outside autograd, contiguous bfloat16 weights [d] of one d."""
+    bf16 = torch.bfloat16
+    if not (q.dtype is bf16 and k.dtype is bf16 and q_weight.dtype is bf16 and k_weight.dtype is bf16 and q.is_cpu):
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or q_weight.requires_grad
+                                    or k_weight.requires_grad):
+        return False
+    qs, ks, ws = q.shape, k.shape, q_weight.shape
+    if len(qs) != 2 or len(ks) != 2 or len(ws) != 1 or k_weight.shape != ws:
+        return False
+    d = ws[0]
+    return (d > 0 and qs[0] == ks[0] and qs[1] % d == 0 and ks[1] % d == 0 and q.stride(1) == 1 and k.stride(1) == 1
+            and q_weight.is_contiguous() and k_weight.is_contiguous())
+
+
+def qk_rms_norm_(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, q_eps: float,
+                 k_eps: float) -> None:
+    """In place: each head row of ``q`` and ``k`` becomes its :func:`rms_norm` by its weight."""
+    _NATIVE.qk_rmsnorm(q, k, q_weight, k_weight, q_eps, k_eps)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -145,7 +145,20 @@ def _rms_reference(h, weight, eps):
 def check_norm(d: int, rows: int) -> dict:
     x, weight = _randn(rows, d, seed=d * 31 + rows), _randn(d, seed=d)
     out = native().rmsnorm(x, weight, 1e-6)
-    return {"shape": list(out.shape), "digest": digest(out), **_fused_sqnr(out, _rms_reference(x, weight, 1e-6))}
+    return {"shape": list(out.shape), "digest": digest(out), "qk_equal": qk_norm_equal(d, rows),
+            **_fused_sqnr(out, _rms_reference(x, weight, 1e-6))}
+
+
+def qk_norm_equal(d: int, rows: int) -> bool:
+    """SGLang's QK norm: qk_rmsnorm in place over q (2 heads) and k split from one qkv row per
+    token, the bits of rmsnorm over their head rows copied out."""
+    qkv = _randn(rows, 4 * d, seed=d * 47 + rows)
+    q, k, _ = qkv.split([2 * d, d, d], dim=-1)
+    q_weight, k_weight = _randn(d, seed=d + 1), _randn(d, seed=d + 2)
+    q_want = native().rmsnorm(q.reshape(-1, d), q_weight, 1e-6).view(q.shape)
+    k_want = native().rmsnorm(k.reshape(-1, d), k_weight, 1e-5).view(k.shape)
+    native().qk_rmsnorm(q, k, q_weight, k_weight, 1e-6, 1e-5)
+    return torch.equal(q, q_want) and torch.equal(k, k_want)
 
 
 def check_addnorm(d: int, rows: int) -> dict:

@@ -172,6 +172,7 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         assert r["shape"] == [rows, d], r
         assert r.get("same_as_contiguous", True), r  # strided halves read as the contiguous copies
         assert r.get("whole_equal", True), r  # silu_and_mul of the unsliced rows: silu_mul's bits
+        assert r.get("qk_equal", True), r  # qk_rmsnorm of split heads in place: rmsnorm's bits
         if full:
             assert r["sqnr_db"] >= check.FUSED_MIN_SQNR_DB, r
     elif case.startswith("addnorm "):

@@ -58,6 +58,20 @@ def test_fused_add_rmsnorm_in_place(native):
     assert torch.equal(x, native.rmsnorm(summed, weight, 1e-6))
 
 
+@pytest.mark.parametrize("tokens,q_heads,kv_heads,d", [(1, 16, 8, 128), (5, 9, 3, 64), (2, 1, 1, 1)])
+def test_qk_rmsnorm_norms_each_head_in_place_as_rmsnorm(native, tokens, q_heads, kv_heads, d):
+    """SGLang's QK norm: q and k split from one qkv row per token, each head row normed in place
+    by its own weight and eps, the bits of rmsnorm over the rows copied out; v untouched."""
+    qkv = _randn(tokens, (q_heads + 2 * kv_heads) * d, seed=tokens * d)
+    q, k, v = qkv.split([q_heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    q_weight, k_weight = _randn(d, seed=1), _randn(d, seed=2)
+    q_want = native.rmsnorm(q.reshape(-1, d), q_weight, 1e-6).view(q.shape)
+    k_want = native.rmsnorm(k.reshape(-1, d), k_weight, 1e-5).view(k.shape)
+    v_before = v.clone()
+    native.qk_rmsnorm(q, k, q_weight, k_weight, 1e-6, 1e-5)
+    assert torch.equal(q, q_want) and torch.equal(k, k_want) and torch.equal(v, v_before)
+
+
 @pytest.mark.parametrize("d", [1, 100, 1536, 3072, 8960])
 def test_silu_mul_within_one_rounding(native, d):
     both = _randn(5, 2 * d, seed=d) * 4
@@ -241,6 +255,10 @@ def _kv_store_call(change: dict):
      "last dim must be contiguous"),
     (lambda n: n.silu_mul(torch.ones(2, 8, dtype=torch.bfloat16), torch.ones(2, 4, dtype=torch.bfloat16)),
      "gate and up of one shape"),
+    (lambda n: n.qk_rmsnorm(_bf16(2, 12), _bf16(2, 8), _bf16(8), _bf16(8), 1e-6, 1e-6),
+     "expects bfloat16 q and k of whole heads of 8"),
+    (lambda n: n.qk_rmsnorm(_bf16(2, 16), _bf16(2, 8), _bf16(8), _bf16(4), 1e-6, 1e-6), "weights of one head_dim"),
+    (lambda n: n.qk_rmsnorm(_bf16(2, 16), _bf16(1, 8), _bf16(8), _bf16(8), 1e-6, 1e-6), "of one token count"),
     (lambda n: n.silu_and_mul(_bf16(2, 7)), r"a last dim of gate then up \(even\), got \[2, 7\]"),
     (lambda n: n.rotary_neox_at(torch.tensor([0, 8]), _bf16(2, 16), _bf16(2, 8), _bf16(8, 8)),
      "token 1 is at position 8, outside the cos_sin_cache's 8 rows"),
@@ -281,7 +299,8 @@ def _kv_store_call(change: dict):
     (_kv_store_call({"loc": torch.tensor([3, 4], dtype=torch.int32)}), "expects contiguous int64 slots"),
     (_kv_store_call({"v": torch.ones(2, 2, 8)}), "of their dtype, 2 slots; got Float"),
     (_kv_store_call({"k": torch.ones(2, 8, 2, dtype=torch.bfloat16).transpose(1, 2)}), "contiguous rows"),
-], ids=["dtype", "weight size", "strided", "silu shapes", "silu odd row", "rotary position past",
+], ids=["dtype", "weight size", "strided", "silu shapes", "qk part head", "qk weights", "qk tokens",
+        "silu odd row", "rotary position past",
         "rotary heads", "rotary int32 positions", "rotary odd cache", "in place strided", "odd head", "short table",
         "gqa ratio",
         "float kv", "paged slot", "paged length", "paged pool", "paged int64 table", "paged cache shape",
@@ -664,6 +683,41 @@ def test_sglang_model_code_reads_its_children_from_modules(native):
     mlp.down_proj = _Projection(32, 64, 4)
     assert torch.equal(mlp(x), LlamaMLP.forward(mlp, x))
     assert fused.take_back(mlp) and type(mlp) is LlamaMLP and "forward" not in mlp.__dict__
+
+
+def test_sglang_qwen3_attention_norms_q_and_k_in_one_call(native, monkeypatch):
+    """SGLang's Qwen3Attention.forward_prepare_native (its own source, compiled again) norms q and
+    k in place by one native call instead of apply_qk_norm's copies and two norm calls: the same
+    bits as its class's method over the same modules. Norms that are not plain keep apply_qk_norm."""
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.layers.rotary_embedding import base
+    from sglang.srt.models import utils
+    from sglang.srt.models.qwen3 import Qwen3Attention
+
+    from sglang_rvv.srt import fused as srt_fused
+
+    monkeypatch.setattr(base, "_is_cpu", True)  # as the appliance imports it (SGLANG_USE_CPU_ENGINE=1)
+    attention = Qwen3Attention.__new__(Qwen3Attention)  # SGLang's constructor needs its tensor-parallel groups
+    torch.nn.Module.__init__(attention)
+    attention.q_size, attention.kv_size, attention.head_dim, attention.alt_stream = 4 * 64, 2 * 64, 64, None
+    attention.qkv_proj = _Projection(8 * 64, 96, 1)
+    attention.q_norm, attention.k_norm = RMSNorm(64, eps=1e-6), RMSNorm(64, eps=1e-6)
+    attention.q_norm.weight.data, attention.k_norm.weight.data = _randn(64, seed=2), _randn(64, seed=3)
+    attention.rotary_emb = base.RotaryEmbedding(64, 64, 4096, 1e6, True, torch.bfloat16)
+    attention.requires_grad_(False)
+    positions, x = torch.tensor([3, 9]), _randn(2, 96, seed=4)
+    ran = []
+    monkeypatch.setattr(fused, "qk_rms_norm_", lambda *args: ran.append("qk") or native.qk_rmsnorm(*args))
+    given = srt_fused.install_sglang(attention)
+    assert given == {"children": 1, "qk_norm": 1, "rmsnorm": 2, "rotary": 1}
+    got = attention.forward_prepare_native(positions, x)
+    want = Qwen3Attention.forward_prepare_native(attention, positions, x)  # apply_qk_norm, the norms given the kernels
+    assert ran == ["qk"] and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    original = utils.apply_qk_norm
+    monkeypatch.setattr(utils, "apply_qk_norm", lambda *args: ran.append("sglang") or original(*args))
+    attention.k_norm.fp32_residual = True  # not the plain norm: SGLang's apply_qk_norm takes it
+    again = attention.forward_prepare_native(positions, x)
+    assert ran == ["qk", "sglang"] and all(_sqnr_db(g, w) > 40 for g, w in zip(again, want, strict=True))
 
 
 def test_a_module_given_two_methods_gets_both_back():

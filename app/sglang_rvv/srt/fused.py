@@ -43,11 +43,19 @@ SGLang's model code reads each child module as an attribute (``self.qkv_proj``),
 ``nn.Module.__getattr__``. Each ``forward*`` method of a ``sglang.srt.models`` class that does is
 compiled again from its source with those reads made ``self._modules[...]`` reads
 (:mod:`sglang_rvv.recompile`; ``children`` in the report), where its source is its code.
+
+Qwen3's attention norms each head of q and k through ``apply_qk_norm`` (sglang/srt/models/utils.py,
+checked against sglang 0.5.21), which on a CPU without SGLang's own kernel copies q and k to rows
+of head_dim, calls each norm module and views the results back. The same recompiled methods call
+:func:`_qk_norm` in its place (``qk_norm`` in the report): one native call that norms the heads in
+place, as SGLang's CPU kernel does, where both norms are plain RMSNorms given the kernels;
+SGLang's function otherwise.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from collections import Counter
 
@@ -61,16 +69,23 @@ _ROTARY = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding"
 _RADIX = "sglang.srt.layers.radix_attention.RadixAttention"
 _KV_STORE = "_set_kv_buffer_impl"
 _MODELS = "sglang.srt.models."
+_QK_NORM = "apply_qk_norm"
+_QK_NORM_PARAMS = ("q", "k", "q_norm", "k_norm", "head_dim", "alt_stream", "allow_inplace")
 
 
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__name__}"
 
 
+def _plain_norm(norm) -> bool:
+    """Whether an RMSNorm given :func:`_norm_forward` is the plain one: its variance over the whole
+    row, its residual and output in the input's dtype."""
+    return (getattr(norm, "variance_size_override", None) is None and not getattr(norm, "fp32_residual", False)
+            and getattr(norm, "override_orig_dtype", None) is None)
+
+
 def _norm_forward(self, x, residual=None, post_residual_addition=None, quant_linear=None):
-    plain = (post_residual_addition is None and quant_linear is None
-             and getattr(self, "variance_size_override", None) is None
-             and not getattr(self, "fp32_residual", False) and getattr(self, "override_orig_dtype", None) is None)
+    plain = post_residual_addition is None and quant_linear is None and _plain_norm(self)
     weight = fused.module_tensor(self, "weight")
     if plain and fused.servable(x, weight):
         if residual is None:
@@ -79,6 +94,40 @@ def _norm_forward(self, x, residual=None, post_residual_addition=None, quant_lin
             fused.add_rms_norm_(x, residual, weight, self.variance_epsilon)
             return x, residual
     return self.forward_cpu(x, residual, post_residual_addition, quant_linear)
+
+
+def _given_norm(norm) -> bool:
+    """Whether ``norm`` is SGLang's RMSNorm, given :func:`_norm_forward`, and plain."""
+    forward = norm.__dict__.get("_forward_method")
+    return getattr(forward, "__func__", None) is _norm_forward and _plain_norm(norm)
+
+
+def _qk_norm(q, k, q_norm, k_norm, head_dim, alt_stream=None, allow_inplace=True):
+    # SGLang's apply_qk_norm (sglang/srt/models/utils.py, checked against 0.5.21) on the CPU copies
+    # q and k (strided splits of the qkv row) to rows of head_dim, norms them through each norm
+    # module and views them back: 6 torch ops and 2 module calls a layer. In place, as SGLang's
+    # own CPU kernel does it where it has one.
+    if allow_inplace and _given_norm(q_norm) and _given_norm(k_norm):
+        q_weight, k_weight = fused.module_tensor(q_norm, "weight"), fused.module_tensor(k_norm, "weight")
+        if q_weight.shape[0] == head_dim and fused.qk_norm_servable(q, k, q_weight, k_weight):
+            fused.qk_rms_norm_(q, k, q_weight, k_weight, q_norm.variance_epsilon, k_norm.variance_epsilon)
+            return q, k
+    from sglang.srt.models import utils
+
+    return utils.apply_qk_norm(q, k, q_norm, k_norm, head_dim, alt_stream, allow_inplace)
+
+
+def _qk_norm_names(function: types.FunctionType) -> dict[str, object]:
+    """``{"apply_qk_norm": _qk_norm}`` where ``function`` calls SGLang's apply_qk_norm of the
+    signature :func:`_qk_norm` was checked against; ``{}`` otherwise."""
+    if _QK_NORM not in function.__code__.co_names:
+        return {}
+    from sglang.srt.models import utils
+
+    original = function.__globals__.get(_QK_NORM)
+    if original is not utils.apply_qk_norm or tuple(inspect.signature(original).parameters) != _QK_NORM_PARAMS:
+        return {}
+    return {_QK_NORM: _qk_norm}
 
 
 def _silu_forward(self, x):
@@ -192,26 +241,31 @@ def _forwards(cls: type) -> list[str]:
 
 
 @functools.cache
-def _children_read(cls: type, name: str, children: frozenset[str]) -> types.FunctionType | None:
+def _model_code(cls: type, name: str, children: frozenset[str]) -> tuple[types.FunctionType | None, bool, bool]:
     """``cls.<name>`` compiled again with its children read from ``_modules``
-    (:class:`..recompile.ChildModules`); None where it reads none or its source is not its code."""
-    reads = recompile.ChildModules(children)
-    changed = recompile.recompiled(getattr(cls, name), [reads], {})
-    return changed if reads.count else None
+    (:class:`..recompile.ChildModules`) and its apply_qk_norm :func:`_qk_norm`; None where it does
+    neither or its source is not its code. Then whether it reads children, and calls _qk_norm."""
+    function = getattr(cls, name)
+    reads, names = recompile.ChildModules(children), _qk_norm_names(function)
+    changed = recompile.recompiled(function, [reads], names)
+    if changed is None or not (reads.count or names):
+        return None, False, False
+    return changed, bool(reads.count), bool(names)
 
 
-def _give_children(module: torch.nn.Module) -> bool:
+def _give_model_code(module: torch.nn.Module) -> tuple[bool, bool]:
     """Give a module of SGLang's model code its ``forward*`` methods with their children read from
-    ``_modules``: a decoder layer, attention and MLP read 13 children a Qwen3 layer a step, each
-    through ``nn.Module.__getattr__`` (about 40 bytecodes). Whether any was given."""
+    ``_modules`` (a decoder layer, attention and MLP read 13 children a Qwen3 layer a step, each
+    through ``nn.Module.__getattr__``, about 40 bytecodes) and the QK norm in one call. Whether any
+    method reads children so, and whether any calls :func:`_qk_norm`."""
     cls, children = type(module), recompile.child_names(module)
-    given = False
+    reads = qk_norm = False
     for name in _forwards(cls) if children else ():
-        changed = _children_read(cls, name, children)
+        changed, its_reads, its_qk_norm = _model_code(cls, name, children)
         if changed is not None:
             fused.give_forward(module, changed, attr=name)
-            given = True
-    return given
+            reads, qk_norm = reads or its_reads, qk_norm or its_qk_norm
+    return reads, qk_norm
 
 
 def install_sglang(model: torch.nn.Module) -> Counter:
@@ -229,8 +283,10 @@ def install_sglang(model: torch.nn.Module) -> Counter:
         elif name == _SILU:
             fused.give_forward(module, _silu_forward, attr="_forward_method")
             given["silu_mul"] += 1
-        elif name.startswith(_MODELS) and _give_children(module):
-            given["children"] += 1
+        elif name.startswith(_MODELS):
+            for kind, given_it in zip(("children", "qk_norm"), _give_model_code(module), strict=True):
+                if given_it:
+                    given[kind] += 1
     if given["attention"]:
         _give_paged_decode()
         if _give_top1():

@@ -338,6 +338,35 @@ void fused_add_rmsnorm(at::Tensor& input, at::Tensor& residual, const at::Tensor
   for_rows(args, rows, d, isa().rmsnorm);
 }
 
+// SGLang's apply_qk_norm in place: each head row of q [tokens, q_heads * d] and k [tokens, kv_heads
+// * d] (rows any distance apart: the splits of one qkv row) RMS-normalised by its weight [d], the
+// same bits as rmsnorm over each row. One call where SGLang's CPU path copies q and k to rows of
+// d, norms them and views them back.
+void qk_rmsnorm(at::Tensor& q, at::Tensor& k, const at::Tensor& q_weight, const at::Tensor& k_weight, double q_eps,
+                double k_eps) {
+  TORCH_CHECK(q.dim() == 2 && k.dim() == 2 && q.size(0) == k.size(0), "sglang_rvv_native::qk_rmsnorm expects q and "
+              "k [tokens, heads * head_dim] of one token count, got ", q.sizes(), " and ", k.sizes());
+  norm_rows(q, q_weight, "qk_rmsnorm");  // each weight: 1-D, bfloat16, contiguous
+  norm_rows(k, k_weight, "qk_rmsnorm");
+  const int64_t d = q_weight.size(0);
+  TORCH_CHECK(d > 0 && k_weight.size(0) == d, "sglang_rvv_native::qk_rmsnorm expects weights of one head_dim, got ",
+              q_weight.sizes(), " and ", k_weight.sizes());
+  for (at::Tensor* t : {&q, &k}) {
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->size(1) % d == 0 && (t->stride(1) == 1 || t->size(1) <= 1),
+                "sglang_rvv_native::qk_rmsnorm expects bfloat16 q and k of whole heads of ", d,
+                " with a contiguous last dim, got ", t->scalar_type(), " ", t->sizes(), " strides ", t->strides());
+  }
+  auto norm_heads = [d](at::Tensor& x, const at::Tensor& weight, double eps) {
+    for (int64_t t = 0; t < x.size(0); ++t) {  // a token's heads are rows d apart; tokens stride(0) apart
+      uint16_t* row = bf16_bits_mut(x) + t * x.stride(0);
+      const NormArgs args{row, nullptr, bf16_bits(weight), row, d, 0, d, d, static_cast<float>(eps)};
+      for_rows(args, x.size(1) / d, d, isa().rmsnorm);
+    }
+  };
+  norm_heads(q, q_weight, q_eps);
+  norm_heads(k, k_weight, k_eps);
+}
+
 at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
   TORCH_CHECK(gate.sizes() == up.sizes(), "sglang_rvv_native::silu_mul expects gate and up of one shape, got ",
               gate.sizes(), " and ", up.sizes());
@@ -665,6 +694,7 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
         "int layout_version) -> Tensor");
   m.def("rmsnorm(Tensor input, Tensor weight, float eps) -> Tensor");
   m.def("fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()");
+  m.def("qk_rmsnorm(Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float q_eps, float k_eps) -> ()");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("silu_and_mul(Tensor x) -> Tensor");
   m.def("rotary_neox(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)");
@@ -690,6 +720,7 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("packed_int4_linear", &sglang_rvv::packed_int4_linear);
   m.impl("rmsnorm", &sglang_rvv::rmsnorm);
   m.impl("fused_add_rmsnorm", &sglang_rvv::fused_add_rmsnorm);
+  m.impl("qk_rmsnorm", &sglang_rvv::qk_rmsnorm);
   m.impl("silu_mul", &sglang_rvv::silu_mul);
   m.impl("silu_and_mul", &sglang_rvv::silu_and_mul);
   m.impl("rotary_neox", &sglang_rvv::rotary_neox);
