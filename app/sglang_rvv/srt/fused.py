@@ -137,8 +137,9 @@ def _silu_forward(self, x):
 
 
 def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
-    # One native call: the cache rows' gather and the views around the kernel cost 7 more torch
-    # ops a layer, a few thousand instructions each in Debian's torch.
+    # One native call: the cache rows' gather (flatten, index_select, unsqueeze), four views and two
+    # slices around the kernel were 9 more torch ops a layer, thousands of instructions each in
+    # Debian's torch.
     cache = fused.module_tensor(self, "cos_sin_cache")
     if fused_set_kv_buffer_arg is None and self.is_neox_style and self.rotary_dim == self.head_size:
         at = positions if offsets is None else positions + offsets
