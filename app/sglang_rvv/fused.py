@@ -44,7 +44,8 @@ from .kernels.rvv import native_op
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "qk_rmsnorm", "silu_mul", "silu_and_mul", "rotary_neox", "rotary_neox_at",
               "decode_attention", "decode_attention_paged", "residual_add", "top1", "widen", "store_kv",
-              "append_rows")
+              "append_rows", "try_fused_add_rmsnorm", "try_qk_rmsnorm", "try_rotary_neox_at",
+              "try_decode_attention_paged", "try_store_kv")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
 log = logging.getLogger("sglang_rvv")
@@ -85,14 +86,19 @@ def available() -> tuple[bool, str]:
         return False, why
     return True, (f"rmsnorm, fused_add_rmsnorm, qk_rmsnorm, silu_mul (and silu_and_mul), rotary_neox (and "
                   f"rotary_neox_at), decode_attention (paged too), residual_add, top1, widen, store_kv and "
-                  f"append_rows from the rvv kernel library ({provider.NAME})")
+                  f"append_rows (and try_ forms of five) from the rvv kernel library ({provider.NAME})")
 
 
 class _NativeOps:
     """The kernel library's ops by name, each its overload's own callable (torch/_ops.py's
     ``OpOverload._op``): ``torch.ops.sglang_rvv_native.<op>(...)`` first runs the packet's
     ``__call__``, a Python frame, on every one of a decode step's few hundred calls. Resolved on
-    first use, as the library loads after this module."""
+    first use, as the library loads after this module.
+
+    The ``try_`` ops (SGLang's hooks' calls: fused_add_rmsnorm, qk_rmsnorm, rotary_neox_at,
+    decode_attention_paged and store_kv) run their op where its checks pass and the tensors are on
+    the CPU outside autograd, and refuse the call otherwise (False, or [] for the rotary) with
+    nothing written: the questions a Python check asked first, in C++ (register.cpp)."""
 
     def __getattr__(self, name: str) -> Callable:
         op = native_op(name)
@@ -100,7 +106,7 @@ class _NativeOps:
         return op
 
 
-_NATIVE = _NativeOps()
+NATIVE = _NativeOps()
 
 
 def module_tensor(module: torch.nn.Module, name: str) -> torch.Tensor | None:
@@ -124,45 +130,17 @@ def servable(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return _NATIVE.rmsnorm(x, weight, eps)
-
-
-def add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
-    """In place: ``residual = bf16(x + residual)``, then ``x = rms_norm(residual)``."""
-    _NATIVE.fused_add_rmsnorm(x, residual, weight, eps)
-
-
-def qk_norm_servable(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor) -> bool:
-    """Whether :func:`qk_rms_norm_` may take SGLang's q and k: bfloat16 [tokens, heads * d] with
-    contiguous last dims on the CPU outside autograd, contiguous bfloat16 weights [d] of one d."""
-    bf16 = torch.bfloat16
-    if not (q.dtype is bf16 and k.dtype is bf16 and q_weight.dtype is bf16 and k_weight.dtype is bf16 and q.is_cpu):
-        return False
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or q_weight.requires_grad
-                                    or k_weight.requires_grad):
-        return False
-    qs, ks, ws = q.shape, k.shape, q_weight.shape
-    if len(qs) != 2 or len(ks) != 2 or len(ws) != 1 or k_weight.shape != ws:
-        return False
-    d = ws[0]
-    return (d > 0 and qs[0] == ks[0] and qs[1] % d == 0 and ks[1] % d == 0 and q.stride(1) == 1 and k.stride(1) == 1
-            and q_weight.is_contiguous() and k_weight.is_contiguous())
-
-
-def qk_rms_norm_(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, q_eps: float,
-                 k_eps: float) -> None:
-    """In place: each head row of ``q`` and ``k`` becomes its :func:`rms_norm` by its weight."""
-    _NATIVE.qk_rmsnorm(q, k, q_weight, k_weight, q_eps, k_eps)
+    return NATIVE.rmsnorm(x, weight, eps)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    return _NATIVE.silu_mul(gate, up)
+    return NATIVE.silu_mul(gate, up)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """:func:`silu_mul` of the two halves of ``x``'s rows (gate, then up), SGLang's layout: the
     same bits, without slicing them first."""
-    return _NATIVE.silu_and_mul(x)
+    return NATIVE.silu_and_mul(x)
 
 
 def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -186,33 +164,7 @@ def rotary_servable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: to
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, k) rotated neox style by the first half of cos and sin (kernels.h's formula)."""
-    return _NATIVE.rotary_neox(q, k, cos, sin)
-
-
-def rotary_at_servable(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cache: torch.Tensor) -> bool:
-    """Whether :func:`rotary_at` may take SGLang's rotary: bfloat16 query and key [tokens, heads *
-    d] with contiguous last dims, a bfloat16 cos_sin_cache [positions, d] (d even) with contiguous
-    rows, contiguous int64 positions [tokens], on the CPU outside autograd. (The op checks that
-    every position is a row of the cache.)"""
-    bf16 = torch.bfloat16
-    if not (query.dtype is bf16 and key.dtype is bf16 and cache.dtype is bf16 and positions.dtype is torch.int64
-            and query.is_cpu):
-        return False
-    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad):
-        return False
-    qs, ks, cs = query.shape, key.shape, cache.shape
-    if len(qs) != 2 or len(ks) != 2 or len(cs) != 2 or positions.dim() != 1:
-        return False
-    d = cs[1]
-    return (d > 0 and d % 2 == 0 and qs[1] % d == 0 and ks[1] % d == 0 and qs[0] == ks[0] == positions.shape[0]
-            and query.stride(1) == 1 and key.stride(1) == 1 and cache.stride(1) == 1 and positions.is_contiguous())
-
-
-def rotary_at(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-              cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(query, key) rotated neox style, token t by row ``positions[t]`` of ``cache`` (cos then sin):
-    :func:`rotary` over the gathered rows, the same bits, in one call."""
-    return _NATIVE.rotary_neox_at(positions, query, key, cache)
+    return NATIVE.rotary_neox(q, k, cos, sin)
 
 
 def attention_servable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -233,41 +185,12 @@ def attention_servable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> boo
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """softmax(q k^T * scale) v for one query per head ([batch, 1, q_heads, d]: kernels.h's order)."""
-    return _NATIVE.decode_attention(q, k, v, scale)
-
-
-def paged_attention_servable(q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                             req_to_token: torch.Tensor, pool: torch.Tensor, seq_lens: torch.Tensor) -> bool:
-    """Whether :func:`decode_attention_paged` may take SGLang's decode: bfloat16 q and out [batch,
-    q_heads, d] and caches [rows, kv_heads, d] on the CPU outside autograd, q_heads a multiple of
-    kv_heads, contiguous last dims; an int32 req_to_token and int64 pool indices and seq_lens, all
-    contiguous. (The kernel checks every index itself.)"""
-    bf16 = torch.bfloat16
-    if not (q.dtype is bf16 and out.dtype is bf16 and k_cache.dtype is bf16 and v_cache.dtype is bf16 and q.is_cpu
-            and k_cache.is_cpu and req_to_token.is_cpu and pool.is_cpu and seq_lens.is_cpu):
-        return False
-    if q.dim() != 3 or k_cache.dim() != 3 or out.shape != q.shape or v_cache.shape != k_cache.shape:
-        return False
-    if torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad or v_cache.requires_grad):
-        return False
-    kv_heads = k_cache.shape[1]
-    return (kv_heads > 0 and q.shape[1] % kv_heads == 0 and q.shape[2] == k_cache.shape[2]
-            and q.stride(2) == 1 and out.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1
-            and req_to_token.dtype is torch.int32 and pool.dtype is torch.int64 and seq_lens.dtype is torch.int64
-            and req_to_token.is_contiguous() and pool.is_contiguous() and seq_lens.is_contiguous())
-
-
-def decode_attention_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, req_to_token: torch.Tensor,
-                           pool: torch.Tensor, seq_lens: torch.Tensor, scale: float, out: torch.Tensor) -> None:
-    """:func:`decode_attention` over SGLang's paged KV cache, into ``out`` [batch, q_heads, d]:
-    batch row b attends to cache rows ``req_to_token[pool[b], :seq_lens[b]]``, the same bits as
-    over those rows gathered, without the gather."""
-    _NATIVE.decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, scale, out)
+    return NATIVE.decode_attention(q, k, v, scale)
 
 
 def residual_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a + b`` of BF16 tensors of one shape, the same bits as torch's BF16 add, contiguous."""
-    return _NATIVE.residual_add(a, b)
+    return NATIVE.residual_add(a, b)
 
 
 def top1_servable(logits: torch.Tensor) -> bool:
@@ -280,7 +203,7 @@ def top1_servable(logits: torch.Tensor) -> bool:
 
 def top1(logits: torch.Tensor) -> torch.Tensor:
     """``torch.argmax(logits, -1)``, the same indices (the first NaN, else the first maximum)."""
-    return _NATIVE.top1(logits)
+    return NATIVE.top1(logits)
 
 
 def argmax(input: torch.Tensor, dim: int | None = None, keepdim: bool = False, **kwargs) -> torch.Tensor:
@@ -300,29 +223,7 @@ def widen_servable(logits: torch.Tensor) -> bool:
 
 def widen(logits: torch.Tensor) -> torch.Tensor:
     """``logits.float()`` (the same bits), contiguous."""
-    return _NATIVE.widen(logits)
-
-
-def store_kv_servable(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      loc: torch.Tensor) -> bool:
-    """Whether :func:`store_kv` may take SGLang's KV store: k and v [tokens, kv_heads, d] with each
-    token's row contiguous, contiguous caches [cache rows, kv_heads, d] of their dtype, all on the
-    CPU outside autograd, and contiguous int64 slots [tokens]. (The op checks every slot itself.)"""
-    if not (loc.dtype is torch.int64 and loc.dim() == 1 and loc.is_contiguous() and loc.is_cpu):
-        return False
-    for src, cache in ((k, k_cache), (v, v_cache)):
-        if not (src.dim() == 3 and cache.dim() == 3 and src.shape[0] == loc.shape[0]
-                and src.shape[1:] == cache.shape[1:] and src.dtype is cache.dtype and src.is_cpu and cache.is_cpu
-                and cache.is_contiguous() and src.stride(2) == 1 and src.stride(1) == src.shape[2]):
-            return False
-        if torch.is_grad_enabled() and (src.requires_grad or cache.requires_grad):
-            return False
-    return True
-
-
-def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor) -> None:
-    """``k_cache[loc] = k`` and ``v_cache[loc] = v``, one row copy per token."""
-    _NATIVE.store_kv(k, v, k_cache, v_cache, loc)
+    return NATIVE.widen(logits)
 
 
 class _TorchWithTop1:
@@ -408,14 +309,14 @@ def install(model: torch.nn.Module, hook: Callable[[torch.nn.Module], Counter] |
 
 # -- transformers -----------------------------------------------------------------------------------
 
-# transformers' forwards below call the ops' own callables (_NATIVE), not the wrappers above: a
+# transformers' forwards below call the ops' own callables (NATIVE), not the wrappers above: a
 # Python frame less for each of a Qwen3-0.6B step's 113 norms, 28 MLPs and 28 rotaries.
 def _hf_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     weight = self._parameters.get("weight")
     if weight is None:
         weight = module_tensor(self, "weight")
     if weight is not None and servable(hidden_states, weight):
-        return _NATIVE.rmsnorm(hidden_states, weight, self.variance_epsilon)
+        return NATIVE.rmsnorm(hidden_states, weight, self.variance_epsilon)
     return type(self).forward(self, hidden_states)
 
 
@@ -423,7 +324,7 @@ def _hf_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     modules = self._modules  # not Module.__getattr__, a Python frame a child (recompile.ChildModules)
     gate, up = modules["gate_proj"](x), modules["up_proj"](x)
     if servable(gate) and servable(up) and gate.shape == up.shape:
-        return modules["down_proj"](_NATIVE.silu_mul(gate, up))
+        return modules["down_proj"](NATIVE.silu_mul(gate, up))
     hidden = modules["act_fn"](gate) * up
     return modules["down_proj"](hidden)
 
@@ -449,7 +350,7 @@ def _hf_rotary(original: Callable) -> Callable:
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
         # The whole head (cos as long as q's head: transformers' partial rotaries would not broadcast).
         if unsqueeze_dim == 1 and cos.shape[-1] == q.shape[-1] and rotary_servable(q, k, cos, sin):
-            return _NATIVE.rotary_neox(q, k, cos, sin)
+            return NATIVE.rotary_neox(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim)
     return apply_rotary_pos_emb
 

@@ -150,24 +150,25 @@ def check_norm(d: int, rows: int) -> dict:
 
 
 def qk_norm_equal(d: int, rows: int) -> bool:
-    """SGLang's QK norm: qk_rmsnorm in place over q (2 heads) and k split from one qkv row per
-    token, the bits of rmsnorm over their head rows copied out."""
+    """SGLang's QK norm: qk_rmsnorm in place (its try_ form, as SGLang's hook calls it) over q (2
+    heads) and k split from one qkv row per token, the bits of rmsnorm over their head rows copied
+    out."""
     qkv = _randn(rows, 4 * d, seed=d * 47 + rows)
     q, k, _ = qkv.split([2 * d, d, d], dim=-1)
     q_weight, k_weight = _randn(d, seed=d + 1), _randn(d, seed=d + 2)
     q_want = native().rmsnorm(q.reshape(-1, d), q_weight, 1e-6).view(q.shape)
     k_want = native().rmsnorm(k.reshape(-1, d), k_weight, 1e-5).view(k.shape)
-    native().qk_rmsnorm(q, k, q_weight, k_weight, 1e-6, 1e-5)
-    return torch.equal(q, q_want) and torch.equal(k, k_want)
+    covered = native().try_qk_rmsnorm(q, k, q_weight, k_weight, 1e-6, 1e-5)
+    return covered and torch.equal(q, q_want) and torch.equal(k, k_want)
 
 
 def check_addnorm(d: int, rows: int) -> dict:
-    """In place: the residual becomes bf16(x + residual) exactly (torch's own BF16 add), and x
-    rmsnorm of it, the same bits as the plain kernel's."""
+    """In place (the try_ form, as SGLang's hook calls it): the residual becomes bf16(x + residual)
+    exactly (torch's own BF16 add), and x rmsnorm of it, the same bits as the plain kernel's."""
     x, residual, weight = _randn(rows, d, seed=d * 37 + rows), _randn(rows, d, seed=d * 41 + rows), _randn(d, seed=d)
     expected_sum = x + residual
-    native().fused_add_rmsnorm(x, residual, weight, 1e-5)
-    return {"sum_equal": torch.equal(residual, expected_sum),
+    covered = native().try_fused_add_rmsnorm(x, residual, weight, 1e-5)
+    return {"sum_equal": covered and torch.equal(residual, expected_sum),
             "norm_equal": torch.equal(x, native().rmsnorm(expected_sum, weight, 1e-5)),
             "digest": digest(torch.cat([x, residual], dim=-1)),
             **_fused_sqnr(x, _rms_reference(expected_sum, weight, 1e-5))}
@@ -207,13 +208,14 @@ def check_rotary(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, tabl
 
 
 def rotary_at_positions_equal(q_heads: int, kv_heads: int, tokens: int, d: int, seed: int) -> bool:
-    """SGLang's layout: rotary_neox_at over q and k split from one qkv row per token and a
-    cos_sin_cache, the bits of rotary_neox over the cache rows gathered."""
+    """SGLang's layout: rotary_neox_at (its try_ form, as SGLang's hook calls it) over q and k split
+    from one qkv row per token and a cos_sin_cache, the bits of rotary_neox over the cache rows
+    gathered."""
     cache = _randn(4096, d, seed=seed + 2)
     qkv = _randn(tokens, (q_heads + 2 * kv_heads) * d, seed=seed + 3)
     q, k, _ = qkv.split([q_heads * d, kv_heads * d, kv_heads * d], dim=-1)
     positions = torch.randint(0, 4096, (tokens,), generator=torch.Generator().manual_seed(seed))
-    q_out, k_out = native().rotary_neox_at(positions, q, k, cache)
+    q_out, k_out = native().try_rotary_neox_at(positions, q, k, cache)  # [] (refused) fails the case
     table = cache.index_select(0, positions).unsqueeze(1)
     q_want, k_want = native().rotary_neox(q.view(tokens, -1, 1, d), k.view(tokens, -1, 1, d), table[..., : d // 2],
                                           table[..., d // 2:])
@@ -258,8 +260,9 @@ def check_attention(batch: int, q_heads: int, kv_heads: int, keys: int, d: int) 
 
 def check_paged_attention(q_heads: int, kv_heads: int, lengths: tuple[int, ...], d: int) -> dict:
     """SGLang's paged cache: each request's keys are rows scattered over a cache twice as long; the
-    result is the decode attention over the same rows gathered, bit for bit."""
-    from sglang_rvv.fused import decode_attention, decode_attention_paged
+    result (of the try_ form, as SGLang's hook calls it) is the decode attention over the same rows
+    gathered, bit for bit."""
+    from sglang_rvv.fused import decode_attention
 
     seed, batch, rows = q_heads * 101 + d, len(lengths), 2 * sum(lengths) + 5
     k_cache, v_cache = _randn(rows, kv_heads, d, seed=seed + 1) * 2, _randn(rows, kv_heads, d, seed=seed + 2) * 2
@@ -270,12 +273,14 @@ def check_paged_attention(q_heads: int, kv_heads: int, lengths: tuple[int, ...],
         req_to_token[pool[b], :n] = order[sum(lengths[:b]):sum(lengths[:b + 1])]
     q = _randn(batch, q_heads, d, seed=seed)
     out = torch.empty_like(q)
-    decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, torch.tensor(lengths), d ** -0.5, out)
+    covered = native().try_decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, torch.tensor(lengths),
+                                                  d ** -0.5, out)
     same = []
     for b, n in enumerate(lengths):
         at = req_to_token[pool[b], :n].long()
         k, v = k_cache[at].transpose(0, 1).unsqueeze(0), v_cache[at].transpose(0, 1).unsqueeze(0)
-        same.append(torch.equal(out[b], decode_attention(q[b:b + 1].unsqueeze(2), k, v, d ** -0.5).view(q_heads, d)))
+        gathered = decode_attention(q[b:b + 1].unsqueeze(2), k, v, d ** -0.5).view(q_heads, d)
+        same.append(covered and torch.equal(out[b], gathered))
     return {"same_as_gathered": same, "digest": digest(out)}
 
 

@@ -192,14 +192,16 @@ def test_paged_decode_attention_is_the_gathered_one(native, q_heads, kv_heads, l
     request's keys gathered (torch_native's k_cache[req_to_token[...]])."""
     q, k_cache, v_cache, req_to_token, pool, seq_lens = _paged(q_heads, kv_heads, lengths, d, seed=d + len(lengths))
     out = torch.full_like(q, float("nan"))
-    fused.decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, d ** -0.5, out)
+    assert native.try_decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, d ** -0.5, out)
     for b, n in enumerate(lengths):
         rows = req_to_token[pool[b], :n].long()
         k, v = k_cache[rows].transpose(0, 1).unsqueeze(0), v_cache[rows].transpose(0, 1).unsqueeze(0)
         gathered = native.decode_attention(q[b:b + 1].unsqueeze(2), k, v, d ** -0.5)
         assert torch.equal(out[b], gathered.view(q_heads, d)), b
-    assert fused.paged_attention_servable(q, out, k_cache, v_cache, req_to_token, pool, seq_lens)
-    assert not fused.paged_attention_servable(q, out, k_cache, v_cache, req_to_token.long(), pool, seq_lens)
+    untouched = torch.full_like(q, float("nan"))  # an int64 table: refused, nothing written
+    assert not native.try_decode_attention_paged(q, k_cache, v_cache, req_to_token.long(), pool, seq_lens, 1.0,
+                                                 untouched)
+    assert untouched.isnan().all()
 
 
 def test_sglang_torch_native_decode_runs_the_paged_kernel(native, monkeypatch):
@@ -218,8 +220,8 @@ def test_sglang_torch_native_decode_runs_the_paged_kernel(native, monkeypatch):
     assert hooked.sglang_rvv_original is sglang_loop
     q, k_cache, v_cache, req_to_token, pool, seq_lens = _paged(16, 8, (6, 40), 128, seed=3)
     calls = []
-    monkeypatch.setattr(fused, "decode_attention_paged",
-                        lambda *args: calls.append(1) or native.decode_attention_paged(*args))
+    monkeypatch.setattr(fused.NATIVE, "try_decode_attention_paged",
+                        lambda *args: calls.append(1) or native.try_decode_attention_paged(*args))
     backend = object.__new__(TorchNativeAttnBackend)
     ours, theirs = torch.empty_like(q), torch.empty_like(q)
     hooked(backend, q, ours, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1, enable_gqa=True)
@@ -331,6 +333,50 @@ def test_store_kv_refuses_a_bad_slot_before_writing_any_row(native):
     with pytest.raises(RuntimeError, match="token 1 has slot 20"):
         native.store_kv(torch.ones(2, 2, 8, dtype=torch.bfloat16), torch.ones(2, 2, 8, dtype=torch.bfloat16),
                         k_cache, v_cache, torch.tensor([3, 20]))
+    assert not k_cache.any() and not v_cache.any()
+
+
+def _try_calls(make):
+    """Each try_ op's call over SGLang-shaped tensors ``make(*shape)`` makes, and the tensors it
+    writes: q [2, 2 heads * 64], k [2, 64], norm weights [64], caches [8, 1, 64]."""
+    positions, slots = torch.tensor([0, 5]), torch.tensor([1, 6])
+    table, pool, lengths = torch.zeros(1, 8, dtype=torch.int32), torch.zeros(2, dtype=torch.int64), torch.ones(2).long()
+    caches, out = (make(8, 1, 64), make(8, 1, 64)), make(2, 2, 64)
+    return {
+        "try_fused_add_rmsnorm": ((x := make(2, 64), residual := make(2, 64), make(64), 1e-6), (x, residual)),
+        "try_qk_rmsnorm": ((q := make(2, 128), k := make(2, 64), make(64), make(64), 1e-6, 1e-6), (q, k)),
+        "try_rotary_neox_at": ((positions, make(2, 128), make(2, 64), make(8, 64)), ()),
+        "try_decode_attention_paged": ((make(2, 2, 64), *caches, table, pool, lengths, 1.0, out), (out,)),
+        "try_store_kv": ((make(2, 1, 64), make(2, 1, 64), *caches, slots), caches),
+    }
+
+
+@pytest.mark.parametrize("op", ["try_fused_add_rmsnorm", "try_qk_rmsnorm", "try_rotary_neox_at",
+                                "try_decode_attention_paged", "try_store_kv"])
+def test_a_try_op_refuses_tensors_off_the_cpu_or_needing_grad_and_writes_nothing(native, op):
+    """SGLang's hooks call the try_ ops in place of a Python check: a call the kernels may not take
+    (tensors off the CPU; tensors that need grad, as the ops have no autograd) is refused, nothing
+    written, and the hook runs SGLang's code; the same call on plain CPU tensors runs the op."""
+    def make(device="cpu", grad=False):
+        return lambda *shape: torch.full(shape, 0.5, dtype=torch.bfloat16, device=device, requires_grad=grad)
+
+    assert getattr(native, op)(*_try_calls(make(device="meta"))[op][0]) in (False, [])
+    args, written = _try_calls(make(grad=True))[op]
+    before = [t.clone() for t in written]
+    with torch.enable_grad():
+        assert getattr(native, op)(*args) in (False, [])
+    assert all(torch.equal(t, b) for t, b in zip(written, before, strict=True))
+    with torch.no_grad():
+        assert getattr(native, op)(*args) not in (False, [])
+
+
+def test_a_try_op_still_raises_for_an_index_outside_the_cache(native):
+    """A covered call with a slot past the cache is an error, as in store_kv, not a refusal: SGLang's
+    own store would write out of bounds or raise as well."""
+    k_cache, v_cache = torch.zeros(20, 2, 8, dtype=torch.bfloat16), torch.zeros(20, 2, 8, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="token 1 has slot 20"):
+        native.try_store_kv(torch.ones(2, 2, 8, dtype=torch.bfloat16), torch.ones(2, 2, 8, dtype=torch.bfloat16),
+                            k_cache, v_cache, torch.tensor([3, 20]))
     assert not k_cache.any() and not v_cache.any()
 
 
@@ -519,7 +565,12 @@ def test_sglangs_kv_pool_stores_rows_by_the_op_once(native, monkeypatch):
     original = MHATokenToKVPool._store_kv_layer
     monkeypatch.setattr(MHATokenToKVPool, "_store_kv_layer", original)  # put back after the test
     stored = []
-    monkeypatch.setattr(fused, "store_kv", lambda *a: stored.append(tuple(a[0].shape)) or native.store_kv(*a))
+
+    def store(*args):
+        covered = native.try_store_kv(*args)
+        stored.append((tuple(args[0].shape), covered))
+        return covered
+    monkeypatch.setattr(fused.NATIVE, "try_store_kv", store)
     assert srt_fused._give_kv_store() and srt_fused._give_kv_store()
     hooked = MHATokenToKVPool._store_kv_layer
     assert hooked.sglang_rvv_original is original and hooked.__code__ is original.__code__
@@ -536,7 +587,7 @@ def test_sglangs_kv_pool_stores_rows_by_the_op_once(native, monkeypatch):
         hooked(ours, 0, loc, k, v)
         original(theirs, 0, loc, k, v)
         assert torch.equal(ours.k_buffer[0], theirs.k_buffer[0]) and torch.equal(ours.v_buffer[0], theirs.v_buffer[0])
-    assert stored == [(2, 2, 8)]  # the int32 slots went to SGLang's own store
+    assert stored == [((2, 2, 8), True), ((2, 2, 8), False)]  # the int32 slots went to SGLang's own store
 
 
 def _logits(model, prompt):
@@ -635,7 +686,8 @@ def test_sglang_rotary_takes_the_kernel_at_its_positions(native, monkeypatch):
 
     monkeypatch.setattr(base, "_is_cpu", True)  # as the appliance imports it (SGLANG_USE_CPU_ENGINE=1)
     ran = []
-    monkeypatch.setattr(fused, "rotary_at", lambda *args: ran.append(args[0]) or native.rotary_neox_at(*args))
+    monkeypatch.setattr(fused.NATIVE, "try_rotary_neox_at",
+                        lambda *args: ran.append(args[0]) or native.try_rotary_neox_at(*args))
     whole, part = (RotaryEmbedding(128, dim, 4096, 1e6, True, torch.bfloat16) for dim in (128, 64))
     qkv = _randn(3, (16 + 2 * 8) * 128, seed=9)
     q, k, _ = qkv.split([16 * 128, 8 * 128, 8 * 128], dim=-1)
@@ -647,6 +699,7 @@ def test_sglang_rotary_takes_the_kernel_at_its_positions(native, monkeypatch):
         assert got[0].shape == q.shape and got[1].shape == k.shape
         assert _sqnr_db(got[0], want[0]) > 40 and _sqnr_db(got[1], want[1]) > 40
     assert len(ran) == 1 and ran[0] is positions  # the whole head only
+    assert whole(positions.int(), q, k)[0].shape == q.shape and len(ran) == 2  # int32 positions: refused, SGLang's
 
 
 class _Projection(torch.nn.Module):
@@ -707,7 +760,7 @@ def test_sglang_qwen3_attention_norms_q_and_k_in_one_call(native, monkeypatch):
     attention.requires_grad_(False)
     positions, x = torch.tensor([3, 9]), _randn(2, 96, seed=4)
     ran = []
-    monkeypatch.setattr(fused, "qk_rms_norm_", lambda *args: ran.append("qk") or native.qk_rmsnorm(*args))
+    monkeypatch.setattr(fused.NATIVE, "try_qk_rmsnorm", lambda *args: ran.append("qk") or native.try_qk_rmsnorm(*args))
     given = srt_fused.install_sglang(attention)
     assert given == {"children": 1, "qk_norm": 1, "rmsnorm": 2, "rotary": 1}
     got = attention.forward_prepare_native(positions, x)
@@ -818,43 +871,54 @@ def _bf16(*shape: int) -> torch.Tensor:
     return torch.zeros(*shape, dtype=torch.bfloat16)
 
 
-# Shapes the kernels do not cover, by name: each is refused before any kernel runs, so the module's
-# own torch code takes the call (test_a_call_the_kernels_do_not_take_runs_the_modules_own_code).
+# Shapes the kernels do not cover, by name: each is refused before any kernel runs (a Python check,
+# or the library's try_ op, given the native ops), so the module's own torch code takes the call
+# (test_a_call_the_kernels_do_not_take_runs_the_modules_own_code).
 UNCOVERED = {
-    "a norm weight of another size than the hidden": lambda: fused.servable(_bf16(1, 576), _bf16(575)),
-    "an odd rotary head dim": lambda: fused.rotary_servable(_bf16(1, 2, 1, 63), _bf16(1, 2, 1, 63),
+    "a norm weight of another size than the hidden": lambda n: fused.servable(_bf16(1, 576), _bf16(575)),
+    "an odd rotary head dim": lambda n: fused.rotary_servable(_bf16(1, 2, 1, 63), _bf16(1, 2, 1, 63),
                                                             _bf16(1, 1, 32), _bf16(1, 1, 32)),
-    "a rotary table shorter than half the head": lambda: fused.rotary_servable(_bf16(1, 2, 1, 64), _bf16(1, 2, 1, 64),
-                                                                               _bf16(1, 1, 31), _bf16(1, 1, 31)),
-    "an odd rotary cache (SGLang's layout)": lambda: fused.rotary_at_servable(
+    "a rotary table shorter than half the head": lambda n: fused.rotary_servable(
+        _bf16(1, 2, 1, 64), _bf16(1, 2, 1, 64), _bf16(1, 1, 31), _bf16(1, 1, 31)),
+    "an odd rotary cache (SGLang's layout)": lambda n: n.try_rotary_neox_at(
         torch.zeros(1, dtype=torch.int64), _bf16(1, 2 * 63), _bf16(1, 63), _bf16(8, 63)),
-    "SGLang's query of part-heads": lambda: fused.rotary_at_servable(
+    "SGLang's query of part-heads": lambda n: n.try_rotary_neox_at(
         torch.zeros(1, dtype=torch.int64), _bf16(1, 96), _bf16(1, 64), _bf16(8, 64)),
-    "int32 positions": lambda: fused.rotary_at_servable(
+    "int32 positions": lambda n: n.try_rotary_neox_at(
         torch.zeros(1, dtype=torch.int32), _bf16(1, 128), _bf16(1, 64), _bf16(8, 64)),
-    "a GQA ratio that is not whole (3 query heads on 2)": lambda: fused.attention_servable(
+    "a GQA ratio that is not whole (3 query heads on 2)": lambda n: fused.attention_servable(
         _bf16(1, 3, 1, 64), _bf16(1, 2, 5, 64), _bf16(1, 2, 5, 64)),
-    "keys of another head dim than the query": lambda: fused.attention_servable(
+    "keys of another head dim than the query": lambda n: fused.attention_servable(
         _bf16(1, 4, 1, 64), _bf16(1, 2, 5, 32), _bf16(1, 2, 5, 32)),
-    "more than one query": lambda: fused.attention_servable(_bf16(1, 4, 2, 64), _bf16(1, 2, 5, 64),
-                                                            _bf16(1, 2, 5, 64)),
-    "a paged GQA ratio that is not whole": lambda: fused.paged_attention_servable(
-        _bf16(1, 3, 64), _bf16(1, 3, 64), _bf16(8, 2, 64), _bf16(8, 2, 64), torch.zeros(1, 8, dtype=torch.int32),
-        torch.zeros(1, dtype=torch.int64), torch.ones(1, dtype=torch.int64)),
+    "more than one query": lambda n: fused.attention_servable(_bf16(1, 4, 2, 64), _bf16(1, 2, 5, 64),
+                                                              _bf16(1, 2, 5, 64)),
+    "a paged GQA ratio that is not whole": lambda n: n.try_decode_attention_paged(
+        _bf16(1, 3, 64), _bf16(8, 2, 64), _bf16(8, 2, 64), torch.zeros(1, 8, dtype=torch.int32),
+        torch.zeros(1, dtype=torch.int64), torch.ones(1, dtype=torch.int64), 1.0, _bf16(1, 3, 64)),
+    "QK norm weights of two head dims": lambda n: n.try_qk_rmsnorm(_bf16(1, 128), _bf16(1, 64), _bf16(64), _bf16(32),
+                                                                  1e-6, 1e-6),
+    "a residual of another shape": lambda n: n.try_fused_add_rmsnorm(_bf16(2, 64), _bf16(1, 64), _bf16(64), 1e-6),
+    "a KV cache of another dtype": lambda n: n.try_store_kv(_bf16(1, 2, 8), _bf16(1, 2, 8), torch.zeros(4, 2, 8),
+                                                           torch.zeros(4, 2, 8), torch.zeros(1, dtype=torch.int64)),
 }
 
 
 @pytest.mark.parametrize("case", list(UNCOVERED))
-def test_a_shape_the_kernels_do_not_cover_is_refused_before_they_run(case):
-    assert UNCOVERED[case]() is False
+def test_a_shape_the_kernels_do_not_cover_is_refused_before_they_run(native, case):
+    assert UNCOVERED[case](native) in (False, [])
 
 
-def test_the_covered_neighbours_of_those_shapes_are_taken():
+def test_the_covered_neighbours_of_those_shapes_are_taken(native):
     """The same checks pass a shape one step away, so the refusals above are the shapes', not the checks'."""
     assert fused.servable(_bf16(1, 576), _bf16(576))
     assert fused.rotary_servable(_bf16(1, 2, 1, 64), _bf16(1, 2, 1, 64), _bf16(1, 1, 32), _bf16(1, 1, 32))
-    assert fused.rotary_at_servable(torch.zeros(1, dtype=torch.int64), _bf16(1, 128), _bf16(1, 64), _bf16(8, 64))
+    assert len(native.try_rotary_neox_at(torch.zeros(1, dtype=torch.int64), _bf16(1, 128), _bf16(1, 64),
+                                         _bf16(8, 64))) == 2
     assert fused.attention_servable(_bf16(1, 4, 1, 64), _bf16(1, 2, 5, 64), _bf16(1, 2, 5, 64))
-    assert fused.paged_attention_servable(_bf16(1, 4, 64), _bf16(1, 4, 64), _bf16(8, 2, 64), _bf16(8, 2, 64),
-                                          torch.zeros(1, 8, dtype=torch.int32), torch.zeros(1, dtype=torch.int64),
-                                          torch.ones(1, dtype=torch.int64))
+    assert native.try_decode_attention_paged(_bf16(1, 4, 64), _bf16(8, 2, 64), _bf16(8, 2, 64),
+                                             torch.zeros(1, 8, dtype=torch.int32), torch.zeros(1, dtype=torch.int64),
+                                             torch.ones(1, dtype=torch.int64), 1.0, _bf16(1, 4, 64))
+    assert native.try_qk_rmsnorm(_bf16(1, 128), _bf16(1, 64), _bf16(64), _bf16(64), 1e-6, 1e-6)
+    assert native.try_fused_add_rmsnorm(_bf16(2, 64), _bf16(2, 64), _bf16(64), 1e-6)
+    assert native.try_store_kv(_bf16(1, 2, 8), _bf16(1, 2, 8), _bf16(4, 2, 8), _bf16(4, 2, 8),
+                               torch.zeros(1, dtype=torch.int64))

@@ -1,6 +1,10 @@
 """SGLang's hook for the fused kernels (:mod:`sglang_rvv.fused`): its RMSNorm, SiluAndMul and
 RotaryEmbedding ops.
 
+Where a hook's kernel works in place or on SGLang's own layout, the hook calls the library's
+``try_`` op (:class:`sglang_rvv.fused._NativeOps`): it asks in C++ what a Python check would ask
+first, a few hundred bytecodes a call on the board's interpreter, and runs the kernel or refuses.
+
 SGLang's CPU path runs them through ``forward_cpu``, which calls ``sgl_kernel``'s CPU ops only on
 an AMX CPU and torch's ops everywhere else, riscv64 included. Each op instance resolves its
 callable once into ``_forward_method`` (sglang.kernels.fused_op.BaseFusedOp, checked against sglang
@@ -37,7 +41,7 @@ Each layer stores its token's K and V rows in the KV cache through
 indexes ``k_cache[loc] = k`` and ``v_cache[loc] = v``: two index_put_ calls, some 30-50 k
 instructions a layer under qemu. The hook (once per process, with the attention's) gives
 ``_store_kv_layer`` a copy whose ``_set_kv_buffer_impl`` is one native row copy where it covers
-the call (:func:`sglang_rvv.fused.store_kv_servable`), SGLang's function otherwise.
+the call (the library's ``try_store_kv``), SGLang's function otherwise.
 
 SGLang's model code reads each child module as an attribute (``self.qkv_proj``), through
 ``nn.Module.__getattr__``. Each ``forward*`` method of a ``sglang.srt.models`` class that does is
@@ -85,13 +89,12 @@ def _plain_norm(norm) -> bool:
 
 
 def _norm_forward(self, x, residual=None, post_residual_addition=None, quant_linear=None):
-    plain = post_residual_addition is None and quant_linear is None and _plain_norm(self)
-    weight = fused.module_tensor(self, "weight")
-    if plain and fused.servable(x, weight):
+    if post_residual_addition is None and quant_linear is None and _plain_norm(self):
+        weight = fused.module_tensor(self, "weight")
         if residual is None:
-            return fused.rms_norm(x, weight, self.variance_epsilon)
-        if fused.servable(residual) and residual.shape == x.shape:
-            fused.add_rms_norm_(x, residual, weight, self.variance_epsilon)
+            if fused.servable(x, weight):
+                return fused.rms_norm(x, weight, self.variance_epsilon)
+        elif fused.NATIVE.try_fused_add_rmsnorm(x, residual, weight, self.variance_epsilon):
             return x, residual
     return self.forward_cpu(x, residual, post_residual_addition, quant_linear)
 
@@ -109,8 +112,9 @@ def _qk_norm(q, k, q_norm, k_norm, head_dim, alt_stream=None, allow_inplace=True
     # own CPU kernel does it where it has one.
     if allow_inplace and _given_norm(q_norm) and _given_norm(k_norm):
         q_weight, k_weight = fused.module_tensor(q_norm, "weight"), fused.module_tensor(k_norm, "weight")
-        if q_weight.shape[0] == head_dim and fused.qk_norm_servable(q, k, q_weight, k_weight):
-            fused.qk_rms_norm_(q, k, q_weight, k_weight, q_norm.variance_epsilon, k_norm.variance_epsilon)
+        if q_weight.shape[0] == head_dim and fused.NATIVE.try_qk_rmsnorm(q, k, q_weight, k_weight,
+                                                                         q_norm.variance_epsilon,
+                                                                         k_norm.variance_epsilon):
             return q, k
     from sglang.srt.models import utils
 
@@ -142,9 +146,10 @@ def _rotary_forward(self, positions, query, key, offsets=None, fused_set_kv_buff
     # Debian's torch.
     cache = fused.module_tensor(self, "cos_sin_cache")
     if fused_set_kv_buffer_arg is None and self.is_neox_style and self.rotary_dim == self.head_size:
-        at = positions if offsets is None else positions + offsets
-        if fused.rotary_at_servable(at, query, key, cache):
-            return fused.rotary_at(at, query, key, cache)
+        rotated = fused.NATIVE.try_rotary_neox_at(positions if offsets is None else positions + offsets, query, key,
+                                                  cache)
+        if rotated:
+            return tuple(rotated)
     return self.forward_cpu(positions, query, key, offsets, fused_set_kv_buffer_arg)
 
 
@@ -175,11 +180,9 @@ def _paged_decode(original):
     def run(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, encoder_lens=None,
             scaling=None, enable_gqa=False, causal=False, is_cross_attn=False, sliding_window_size=None):
         if (encoder_lens is None and not causal and not is_cross_attn and sliding_window_size is None
-                and fused.paged_attention_servable(query, output, k_cache, v_cache, req_to_token, req_pool_indices,
-                                                   seq_lens)):
-            scale = scaling if scaling is not None else query.shape[-1] ** -0.5  # sdpa's default
-            fused.decode_attention_paged(query, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, scale,
-                                         output)
+                and fused.NATIVE.try_decode_attention_paged(
+                    query, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+                    scaling if scaling is not None else query.shape[-1] ** -0.5, output)):  # sdpa's default scale
             return output
         return original(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
                         encoder_lens, scaling, enable_gqa, causal, is_cross_attn, sliding_window_size)
@@ -196,8 +199,8 @@ def _widening_copy(original):
 
 def _row_store(original):
     def store(k, v, k_cache, v_cache, indices, *args, **kwargs):
-        if fused.store_kv_servable(k, v, k_cache, v_cache, indices):
-            return fused.store_kv(k, v, k_cache, v_cache, indices)
+        if fused.NATIVE.try_store_kv(k, v, k_cache, v_cache, indices):
+            return None
         return original(k, v, k_cache, v_cache, indices, *args, **kwargs)
     return store
 

@@ -2,9 +2,11 @@
 //
 // Python validates every call first (sglang_rvv.layout.check_*); the checks here are the
 // second line, so a bad call from anywhere raises a RuntimeError instead of reading out of
-// bounds. The kernels are chosen once per process: on riscv64 the RVV kernels where AT_HWCAP
-// says the Linux kernel grants V to user space, their scalar twins elsewhere, so loading this
-// library never executes a vector instruction on a CPU without V. Off riscv64 (the host build
+// bounds. The try_ ops are the exception: SGLang's hooks call them unchecked, and they refuse
+// (return false) a call their op does not cover instead of raising. The kernels are chosen once
+// per process: on riscv64 the RVV kernels where AT_HWCAP says the Linux kernel grants V to user
+// space, their scalar twins elsewhere, so loading this library never executes a vector
+// instruction on a CPU without V. Off riscv64 (the host build
 // of the twins for the fast tests) the RVV kernels are not compiled in and AT_HWCAP's bits mean
 // something else, so the twins are the only choice. Built without V.
 //
@@ -16,12 +18,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -306,8 +310,33 @@ void for_rows(const Args& args, int64_t rows, int64_t d, Kernel kernel) {
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) { kernel(args, begin, end); });
 }
 
+// The shapes, dtypes and strides an op takes, as predicates: its TORCH_CHECKs ask them, and so
+// does its try_ form, which returns false where they fail instead of raising. SGLang's hooks call
+// the try_ forms where they once asked a Python check first (a few hundred bytecodes and a dozen
+// tensor attribute calls a call, 28 calls of each op a Qwen3-0.6B token): the same questions in
+// C++, then the op runs or the hook runs SGLang's own code. A try_ op also refuses tensors off
+// the CPU and tensors that need grad (the ops have no autograd); an index outside the cache still
+// raises, as in its op.
+bool eager_cpu(std::initializer_list<const at::Tensor*> tensors) {
+  const bool grad = at::GradMode::is_enabled();
+  for (const at::Tensor* t : tensors) {
+    if (!t->is_cpu() || (grad && t->requires_grad())) return false;
+  }
+  return true;
+}
+
+bool norm_weight_ok(const at::Tensor& weight) {
+  return weight.dim() == 1 && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous();
+}
+
+// [tokens, heads * d] bfloat16 with a contiguous last dim: SGLang's q and k, the splits of one qkv row.
+bool head_rows_ok(const at::Tensor& t, int64_t tokens, int64_t d) {
+  return t.scalar_type() == at::kBFloat16 && t.dim() == 2 && t.size(0) == tokens && d > 0 && t.size(1) % d == 0 &&
+         (t.stride(1) == 1 || t.size(1) <= 1);
+}
+
 int64_t norm_rows(const at::Tensor& input, const at::Tensor& weight, const char* op) {
-  TORCH_CHECK(weight.dim() == 1 && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous(),
+  TORCH_CHECK(norm_weight_ok(weight),
               "sglang_rvv_native::", op, " expects a contiguous 1-D bfloat16 weight, got ", weight.scalar_type(),
               " ", weight.sizes());
   return weight.size(0) ? input.numel() / weight.size(0) : 0;
@@ -324,10 +353,15 @@ at::Tensor rmsnorm(const at::Tensor& input, const at::Tensor& weight, double eps
   return out;
 }
 
+bool add_norm_rows_ok(const at::Tensor& input, const at::Tensor& residual) {
+  return input.is_contiguous() && residual.is_contiguous() && input.sizes() == residual.sizes();
+}
+
 // residual = bf16(input + residual); input = rmsnorm(residual): SGLang's fused_add_rmsnorm.
+
 void fused_add_rmsnorm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
   const int64_t rows = norm_rows(input, weight, "fused_add_rmsnorm"), d = weight.size(0);
-  TORCH_CHECK(input.is_contiguous() && residual.is_contiguous() && input.sizes() == residual.sizes(),
+  TORCH_CHECK(add_norm_rows_ok(input, residual),
               "sglang_rvv_native::fused_add_rmsnorm works in place on a contiguous input and residual of one "
               "shape, got ", input.sizes(), " and ", residual.sizes());
   row_stride(input, d, "fused_add_rmsnorm", "input");
@@ -336,6 +370,18 @@ void fused_add_rmsnorm(at::Tensor& input, at::Tensor& residual, const at::Tensor
   const NormArgs args{bf16_bits(input), bf16_bits_mut(residual), bf16_bits(weight), bf16_bits_mut(input), d, d, d,
                       d, static_cast<float>(eps)};
   for_rows(args, rows, d, isa().rmsnorm);
+}
+
+bool try_fused_add_rmsnorm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight, double eps) {
+  const auto bf16_rows = [&weight](const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 && t.dim() >= 1 && t.size(-1) == weight.size(0);
+  };
+  if (!(eager_cpu({&input, &residual, &weight}) && norm_weight_ok(weight) && add_norm_rows_ok(input, residual) &&
+        bf16_rows(input) && bf16_rows(residual))) {
+    return false;
+  }
+  fused_add_rmsnorm(input, residual, weight, eps);
+  return true;
 }
 
 // SGLang's apply_qk_norm in place: each head row of q [tokens, q_heads * d] and k [tokens, kv_heads
@@ -352,7 +398,7 @@ void qk_rmsnorm(at::Tensor& q, at::Tensor& k, const at::Tensor& q_weight, const 
   TORCH_CHECK(d > 0 && k_weight.size(0) == d, "sglang_rvv_native::qk_rmsnorm expects weights of one head_dim, got ",
               q_weight.sizes(), " and ", k_weight.sizes());
   for (at::Tensor* t : {&q, &k}) {
-    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->size(1) % d == 0 && (t->stride(1) == 1 || t->size(1) <= 1),
+    TORCH_CHECK(head_rows_ok(*t, q.size(0), d),
                 "sglang_rvv_native::qk_rmsnorm expects bfloat16 q and k of whole heads of ", d,
                 " with a contiguous last dim, got ", t->scalar_type(), " ", t->sizes(), " strides ", t->strides());
   }
@@ -365,6 +411,17 @@ void qk_rmsnorm(at::Tensor& q, at::Tensor& k, const at::Tensor& q_weight, const 
   };
   norm_heads(q, q_weight, q_eps);
   norm_heads(k, k_weight, k_eps);
+}
+
+bool try_qk_rmsnorm(at::Tensor& q, at::Tensor& k, const at::Tensor& q_weight, const at::Tensor& k_weight,
+                    double q_eps, double k_eps) {
+  if (!(eager_cpu({&q, &k, &q_weight, &k_weight}) && norm_weight_ok(q_weight) && norm_weight_ok(k_weight) &&
+        k_weight.sizes() == q_weight.sizes() && q.dim() == 2 && head_rows_ok(q, q.size(0), q_weight.size(0)) &&
+        head_rows_ok(k, q.size(0), q_weight.size(0)))) {
+    return false;
+  }
+  qk_rmsnorm(q, k, q_weight, k_weight, q_eps, k_eps);
+  return true;
 }
 
 at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
@@ -437,6 +494,15 @@ std::tuple<at::Tensor, at::Tensor> rotary_neox(const at::Tensor& q, const at::Te
   return {rotate(q, cos, sin, "query"), rotate(k, cos, sin, "key")};
 }
 
+bool cos_sin_cache_ok(const at::Tensor& cache) {
+  return cache.scalar_type() == at::kBFloat16 && cache.dim() == 2 && cache.size(1) % 2 == 0 && cache.size(1) > 0 &&
+         cache.stride(1) == 1;
+}
+
+bool positions_ok(const at::Tensor& positions) {
+  return positions.dim() == 1 && positions.scalar_type() == at::kLong && positions.is_contiguous();
+}
+
 // SGLang's RotaryEmbedding for the whole head, neox style: query [tokens, q_heads * d] and key
 // [tokens, kv_heads * d] (rows any distance apart: the splits of one qkv row), token t rotated by
 // row positions[t] of cos_sin_cache [positions, d] (cos then sin, d/2 each). Returns the rotated
@@ -445,17 +511,15 @@ std::tuple<at::Tensor, at::Tensor> rotary_neox(const at::Tensor& q, const at::Te
 std::tuple<at::Tensor, at::Tensor> rotary_neox_at(const at::Tensor& positions, const at::Tensor& query,
                                                   const at::Tensor& key, const at::Tensor& cos_sin_cache) {
   const at::Tensor& cache = cos_sin_cache;
-  TORCH_CHECK(cache.scalar_type() == at::kBFloat16 && cache.dim() == 2 && cache.size(1) % 2 == 0 &&
-                  cache.size(1) > 0 && cache.stride(1) == 1,
+  TORCH_CHECK(cos_sin_cache_ok(cache),
               "sglang_rvv_native::rotary_neox_at expects a bfloat16 cos_sin_cache [positions, head_dim] (even, "
               "contiguous rows), got ", cache.scalar_type(), " ", cache.sizes(), " strides ", cache.strides());
   const int64_t d = cache.size(1), tokens = positions.numel();
-  TORCH_CHECK(positions.dim() == 1 && positions.scalar_type() == at::kLong && positions.is_contiguous(),
+  TORCH_CHECK(positions_ok(positions),
               "sglang_rvv_native::rotary_neox_at expects contiguous int64 positions [tokens], got ",
               positions.scalar_type(), " ", positions.sizes());
   for (const at::Tensor* t : {&query, &key}) {
-    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->dim() == 2 && t->size(0) == tokens &&
-                    t->size(1) % d == 0 && (t->stride(1) == 1 || t->size(1) <= 1),
+    TORCH_CHECK(head_rows_ok(*t, tokens, d),
                 "sglang_rvv_native::rotary_neox_at expects a bfloat16 query and key [", tokens, " tokens, heads * ",
                 d, "] with a contiguous last dim, got ", t->scalar_type(), " ", t->sizes(), " strides ",
                 t->strides());
@@ -476,6 +540,18 @@ std::tuple<at::Tensor, at::Tensor> rotary_neox_at(const at::Tensor& positions, c
     return out;
   };
   return {rotated(query), rotated(key)};
+}
+
+// rotary_neox_at's [query, key], or [] where it does not cover the call.
+std::vector<at::Tensor> try_rotary_neox_at(const at::Tensor& positions, const at::Tensor& query, const at::Tensor& key,
+                                           const at::Tensor& cos_sin_cache) {
+  if (!(eager_cpu({&positions, &query, &key, &cos_sin_cache}) && cos_sin_cache_ok(cos_sin_cache) &&
+        positions_ok(positions) && head_rows_ok(query, positions.size(0), cos_sin_cache.size(1)) &&
+        head_rows_ok(key, positions.size(0), cos_sin_cache.size(1)))) {
+    return {};
+  }
+  auto [q, k] = rotary_neox_at(positions, query, key, cos_sin_cache);
+  return {q, k};
 }
 
 // One decode step's attention, transformers' layout: q [batch, q_heads, 1, d], k and v [batch,
@@ -505,6 +581,23 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return out;
 }
 
+bool paged_shapes_ok(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                     const at::Tensor& out) {
+  return q.dim() == 3 && k_cache.dim() == 3 && v_cache.sizes() == k_cache.sizes() && out.sizes() == q.sizes() &&
+         q.size(2) == k_cache.size(2) && k_cache.size(1) > 0 && q.size(1) % k_cache.size(1) == 0;
+}
+
+bool paged_rows_ok(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 && (t.stride(2) == 1 || t.size(2) <= 1);
+}
+
+bool paged_indices_ok(const at::Tensor& req_to_token, const at::Tensor& pool, const at::Tensor& seq_lens,
+                      int64_t batch) {
+  return req_to_token.dim() == 2 && req_to_token.scalar_type() == at::kInt && req_to_token.is_contiguous() &&
+         pool.dim() == 1 && pool.scalar_type() == at::kLong && pool.is_contiguous() && pool.size(0) == batch &&
+         seq_lens.sizes() == pool.sizes() && seq_lens.scalar_type() == at::kLong && seq_lens.is_contiguous();
+}
+
 // One decode step's attention over SGLang's paged KV cache, in place of torch_native's gather and
 // sdpa per request: q [batch, q_heads, d]; k_cache and v_cache [cache rows, kv_heads, d] (any
 // strides but a contiguous last dim); batch row b attends to cache rows req_to_token[pool[b],
@@ -512,20 +605,17 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
 void decode_attention_paged(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& req_to_token, const at::Tensor& pool, const at::Tensor& seq_lens,
                             double scale, at::Tensor& out) {
-  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.sizes() == k_cache.sizes() && out.sizes() == q.sizes() &&
-                  q.size(2) == k_cache.size(2) && k_cache.size(1) > 0 && q.size(1) % k_cache.size(1) == 0,
+  TORCH_CHECK(paged_shapes_ok(q, k_cache, v_cache, out),
               "sglang_rvv_native::decode_attention_paged expects q and out [batch, q_heads, d] and k_cache, v_cache "
               "[cache rows, kv_heads, d] with q_heads a multiple of kv_heads, got ", q.sizes(), ", ", out.sizes(),
               ", ", k_cache.sizes(), " and ", v_cache.sizes());
   for (const at::Tensor* t : {&q, &k_cache, &v_cache, static_cast<const at::Tensor*>(&out)}) {
-    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && (t->stride(2) == 1 || t->size(2) <= 1),
+    TORCH_CHECK(paged_rows_ok(*t),
                 "sglang_rvv_native::decode_attention_paged expects bfloat16 q, caches and out with a contiguous "
                 "last dim, got ", t->scalar_type(), " strides ", t->strides());
   }
   const int64_t batch = q.size(0), rows = k_cache.size(0);
-  TORCH_CHECK(req_to_token.dim() == 2 && req_to_token.scalar_type() == at::kInt && req_to_token.is_contiguous() &&
-                  pool.dim() == 1 && pool.scalar_type() == at::kLong && pool.is_contiguous() && pool.size(0) == batch &&
-                  seq_lens.sizes() == pool.sizes() && seq_lens.scalar_type() == at::kLong && seq_lens.is_contiguous(),
+  TORCH_CHECK(paged_indices_ok(req_to_token, pool, seq_lens, batch),
               "sglang_rvv_native::decode_attention_paged expects a contiguous int32 req_to_token [requests, "
               "context] and contiguous int64 pool indices and seq_lens [batch], got ", req_to_token.scalar_type(),
               " ", req_to_token.sizes(), ", ", pool.scalar_type(), " ", pool.sizes(), " and ", seq_lens.scalar_type(),
@@ -559,6 +649,18 @@ void decode_attention_paged(const at::Tensor& q, const at::Tensor& k_cache, cons
   for_rows(args, batch * q.size(1), keys * q.size(2), [&](const AttentionArgs& part, int64_t begin, int64_t end) {
     kernel(part, begin, end, thread_scratch(keys));
   });
+}
+
+bool try_decode_attention_paged(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                const at::Tensor& req_to_token, const at::Tensor& pool, const at::Tensor& seq_lens,
+                                double scale, at::Tensor& out) {
+  if (!(eager_cpu({&q, &k_cache, &v_cache, &req_to_token, &pool, &seq_lens, &out}) &&
+        paged_shapes_ok(q, k_cache, v_cache, out) && paged_rows_ok(q) && paged_rows_ok(k_cache) &&
+        paged_rows_ok(v_cache) && paged_rows_ok(out) && paged_indices_ok(req_to_token, pool, seq_lens, q.size(0)))) {
+    return false;
+  }
+  decode_attention_paged(q, k_cache, v_cache, req_to_token, pool, seq_lens, scale, out);
+  return true;
 }
 
 // torch.argmax(logits, -1) of bfloat16 or float32 logits (any rows but a contiguous last dim): the
@@ -607,22 +709,25 @@ at::Tensor residual_add(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+bool kv_rows_ok(const at::Tensor& src, const at::Tensor& cache, int64_t tokens) {
+  return src.dim() == 3 && cache.dim() == 3 && src.size(0) == tokens && src.size(1) == cache.size(1) &&
+         src.size(2) == cache.size(2) && src.scalar_type() == cache.scalar_type() && cache.is_contiguous() &&
+         (src.stride(2) == 1 || src.size(2) <= 1) && (src.stride(1) == src.size(2) || src.size(1) <= 1);
+}
+
 // SGLang's KV cache store, k_cache[loc[i]] = k[i] and v_cache[loc[i]] = v[i] for each token i: a
 // row copy, no arithmetic, so no ISA kernel. k and v [tokens, kv_heads, d] with each token's row
 // contiguous; the caches [cache rows, kv_heads, d], contiguous, of their dtype; loc int64
 // [tokens]. Every slot is checked before any row is written.
 void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& loc) {
-  TORCH_CHECK(loc.dim() == 1 && loc.scalar_type() == at::kLong && loc.is_contiguous(),
+  TORCH_CHECK(positions_ok(loc),
               "sglang_rvv_native::store_kv expects contiguous int64 slots [tokens], got ", loc.scalar_type(), " ",
               loc.sizes());
   const int64_t tokens = loc.size(0);
   const std::pair<const at::Tensor*, at::Tensor*> pairs[] = {{&k, &k_cache}, {&v, &v_cache}};
   for (const auto& [src, cache] : pairs) {
-    TORCH_CHECK(src->dim() == 3 && cache->dim() == 3 && src->size(0) == tokens && src->size(1) == cache->size(1) &&
-                    src->size(2) == cache->size(2) && src->scalar_type() == cache->scalar_type() &&
-                    cache->is_contiguous() && (src->stride(2) == 1 || src->size(2) <= 1) &&
-                    (src->stride(1) == src->size(2) || src->size(1) <= 1),
+    TORCH_CHECK(kv_rows_ok(*src, *cache, tokens),
                 "sglang_rvv_native::store_kv expects k and v [tokens, kv_heads, d] with contiguous rows and "
                 "contiguous caches [cache rows, kv_heads, d] of their dtype, ", tokens, " slots; got ",
                 src->scalar_type(), " ", src->sizes(), " strides ", src->strides(), " into ", cache->scalar_type(),
@@ -642,6 +747,16 @@ void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at:
       std::memcpy(to + slots[i] * row_bytes, from + i * src->stride(0) * item, static_cast<size_t>(row_bytes));
     }
   }
+}
+
+bool try_store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                  const at::Tensor& loc) {
+  if (!(eager_cpu({&k, &v, &k_cache, &v_cache, &loc}) && positions_ok(loc) && kv_rows_ok(k, k_cache, loc.size(0)) &&
+        kv_rows_ok(v, v_cache, loc.size(0)))) {
+    return false;
+  }
+  store_kv(k, v, k_cache, v_cache, loc);
+  return true;
 }
 
 // transformers' KV cache appended in place (app/sglang_rvv/hf_cache.py): rows [batch, heads, n, d]
@@ -707,6 +822,18 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("residual_add(Tensor a, Tensor b) -> Tensor");
   m.def("store_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc) -> ()");
   m.def("append_rows(Tensor(a!) buffer, Tensor rows, int start) -> Tensor(a!)");
+  // SGLang's hooks' calls: defined with their kernels (CompositeImplicitAutograd), as they take
+  // tensors of any device and autograd state and refuse those the ops may not (eager_cpu).
+  m.def("try_fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> bool",
+        &sglang_rvv::try_fused_add_rmsnorm);
+  m.def("try_qk_rmsnorm(Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float q_eps, float k_eps) "
+        "-> bool", &sglang_rvv::try_qk_rmsnorm);
+  m.def("try_rotary_neox_at(Tensor positions, Tensor query, Tensor key, Tensor cos_sin_cache) -> Tensor[]",
+        &sglang_rvv::try_rotary_neox_at);
+  m.def("try_decode_attention_paged(Tensor q, Tensor k_cache, Tensor v_cache, Tensor req_to_token, Tensor pool, "
+        "Tensor seq_lens, float scale, Tensor(a!) out) -> bool", &sglang_rvv::try_decode_attention_paged);
+  m.def("try_store_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc) -> bool",
+        &sglang_rvv::try_store_kv);
   // "rvv vlen=N" or "generic": which kernels the calls above run in this process.
   m.def("kernel_isa() -> str", [] { return sglang_rvv::isa().name; });
 }
