@@ -2,25 +2,45 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from sglang_rvv.launch.client import ServerError
-from sglang_rvv.launch.process import SGLangServer
+from sglang_rvv.launch.process import HOST, SGLangServer
 
 MAX_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
 def plain_server(tiny_checkpoints, server_logs):
+    """The server, with the port it picked taken before it binds it: SGLang binds its HTTP port only
+    after loading, and with the port taken by then it stays up without serving (a CI benchmark
+    waited on such a server until its test timed out). The launcher must read uvicorn's refusal
+    in the log and start it again on another port (test_a_picked_port_taken_...)."""
     server = SGLangServer(tiny_checkpoints["llama"], log_path=server_logs / "plain-llama.log")
-    with server:
-        print(f"plain server ready in {server.startup_seconds:.1f} s (log {server.log_path})")
-        assert len(server.live_processes()) >= 3  # server, scheduler, detokenizer
-        yield server
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        server.launch()
+        server.taken = server.port
+        holder.bind((HOST, server.taken))  # after launch()'s own check, before SGLang binds
+        holder.listen()
+        try:
+            server.wait_ready()
+            print(f"plain server ready in {server.startup_seconds:.1f} s (log {server.log_path})")
+            assert len(server.live_processes()) >= 3  # server, scheduler, detokenizer
+            yield server
+        finally:
+            server.stop()
     assert server.live_processes() == []  # stop() took the whole group down
+
+
+def test_a_picked_port_taken_before_the_server_binds_it_moves_the_server(plain_server):
+    assert plain_server.port != plain_server.taken
+    log = plain_server.log_path.read_text()
+    assert f"('{HOST}', {plain_server.taken}): address already in use" in log
+    assert_full_completion(complete(plain_server, "The quick brown fox"))
 
 
 def complete(server: SGLangServer, prompt: str) -> dict:
@@ -68,3 +88,4 @@ def test_startup_failure_reports_log_tail(tmp_path):
         server.start()
     assert str(missing) in str(excinfo.value)  # the log tail names what went wrong
     assert server.live_processes() == []
+

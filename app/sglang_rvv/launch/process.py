@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
+import re
 import signal
 import socket
 import subprocess
@@ -39,9 +41,38 @@ INHERIT_OUTPUT = "-"  # log_path value: the server writes to this process's stdo
 _PR_SET_PDEATHSIG = 1
 
 
+# Ports are picked at or above this and below the kernel's ephemeral range.
+PORT_FLOOR = 20000
+# uvicorn's line when the HTTP port was taken by the time SGLang binds it, which is after the
+# model is loaded and warmed up. SGLang's process then stays up without serving (a CI run's
+# benchmark replica waited that way until its test timed out): only the log tells.
+_BIND_FAILED = re.compile(rb"error while attempting to bind on address \('[^']*', (\d+)\)")
+RELAUNCHES = 2  # starts again on another port, for a port it picked itself
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port on 127.0.0.1 that is free right now, below the kernel's ephemeral range.
+
+    A server binds its port a minute or more after the port is picked (SGLang binds after loading
+    and warming up). A port from the ephemeral range, which is what binding port 0 gives, can be
+    the local end of any outgoing connection by then; below it, only a server that picks the
+    same port can take it, and the pick is random.
+    """
+    low = _ephemeral_low()
+    if low - PORT_FLOOR >= 1024:
+        pick = random.SystemRandom()
+        for _ in range(64):
+            port = pick.randrange(PORT_FLOOR, low)
+            if _port_is_free(port):
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a host whose range starts low
         sock.bind((HOST, 0))
         return sock.getsockname()[1]
 
@@ -54,6 +85,10 @@ def _port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+class _PortTaken(ServerError):
+    """uvicorn found the server's port taken when it came to bind it."""
 
 
 def _tail(path: Path | None, lines: int = 60) -> str:
@@ -135,6 +170,7 @@ class SGLangServer(ServerClient):
             self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
         self._began = 0.0
+        self._log_offset, self._log_seen = 0, b""
         self.startup_seconds: float | None = None
 
     # -- lifecycle ---------------------------------------------------------
@@ -153,6 +189,8 @@ class SGLangServer(ServerClient):
                 raise ServerError(f"port {self.port} on {HOST} is in use")
             self._move_to(free_port())
         self._began = time.monotonic()
+        self._log_seen = b""  # the unread end of the log: this start's lines only
+        self._log_offset = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
         if self.log_path is None:
             self.process = subprocess.Popen(
                 self.command, env=self.env, stdin=subprocess.DEVNULL,
@@ -172,14 +210,48 @@ class SGLangServer(ServerClient):
         self.port, self.base_url = port, f"http://{HOST}:{port}"
 
     def wait_ready(self) -> SGLangServer:
-        """Wait until a launched server answers ``GET /health`` (stopped, and an error, if it does not)."""
+        """Wait until a launched server answers ``GET /health`` (stopped, and an error, if it does not).
+
+        A port it picked itself and found taken when the server came to bind it: the server starts
+        again on another, up to RELAUNCHES times (startup_seconds is then the last start's).
+        """
         try:
-            self._wait_healthy(self._began + self.startup_timeout)
+            for relaunch in range(RELAUNCHES + 1):
+                try:
+                    self._wait_healthy(self._began + self.startup_timeout)
+                    break
+                except _PortTaken as taken:
+                    log = f"\nlog {self.log_path}:\n{_tail(self.log_path, 8)}"
+                    if not self._port_is_ours:
+                        raise ServerError(f"{taken}: pass a free port, or none to have one picked{log}") from None
+                    if relaunch == RELAUNCHES:
+                        raise ServerError(f"{taken}, and so were the {RELAUNCHES} ports picked before it: "
+                                          f"something on this host takes new ports as fast as they are picked{log}"
+                                          ) from None
+                    self.stop()
+                    self.process = None
+                    self._move_to(free_port())
+                    self.launch()
         except BaseException:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - self._began
         return self
+
+    def _port_taken(self) -> bool:
+        """Whether the log says, since this start, that the server's port was taken when it bound it."""
+        if self.log_path is None:
+            return False  # its output is this process's: nothing to read
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                new = log.read()
+        except OSError:
+            return False
+        self._log_offset += len(new)
+        lines = (self._log_seen + new).split(b"\n")
+        self._log_seen = lines.pop()  # a line still being written is read whole next time
+        return any(int(m.group(1)) == self.port for line in lines if (m := _BIND_FAILED.search(line)))
 
     def _wait_healthy(self, deadline: float) -> None:
         while True:
@@ -191,6 +263,9 @@ class SGLangServer(ServerClient):
                 )
             if self._health_ok():
                 return
+            if self._port_taken():
+                raise _PortTaken(f"port {self.port} on {HOST} was taken by another process before the server "
+                                 "bound it")
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"SGLang server not healthy after {self.startup_timeout:.0f} s\n"
