@@ -302,6 +302,9 @@ SGLANG_SERVE = [str(Path(sys.executable).with_name("sglang")), "serve"]
      "argument --cpu-rvv-packed-weight-mode: invalid choice"),
     (SGLANG_SERVE, ["--enable-cpu-rvv-inductor", "--device", "cuda"],
      "argument --enable-cpu-rvv-inductor: the RVV policy"),
+    (LAUNCH_SERVER, ["--enable-cpu-rvv-inductor", "--device", "cpu", "--attention-backend", "torch_native",
+                     "--enable-torch-compile"],
+     "argument --enable-torch-compile: SGLang's CPU graph needs --attention-backend intel_amx"),
 ])
 def test_bad_flag_values_exit_with_the_message(entrypoint, argv, needle, tiny_checkpoints):
     result = subprocess.run(

@@ -10,6 +10,8 @@ from sglang_rvv.srt import flags
 def _resolve(*argv):
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default=None)
+    parser.add_argument("--attention-backend", default=None)  # SGLang's own flags, as the plugin sees them
+    parser.add_argument("--enable-torch-compile", action="store_true")
     flags.add_arguments(parser)
     return flags.resolve(parser.parse_args(list(argv)))
 
@@ -91,3 +93,14 @@ def test_bad_combinations_name_the_flag(argv, needle):
     with pytest.raises(ValueError) as error:
         _resolve(*argv)
     assert needle in str(error.value)
+
+
+def test_sglang_cpu_graph_is_refused_with_a_backend_that_lacks_it():
+    argv = ("--enable-cpu-rvv-inductor", "--device", "cpu", "--enable-torch-compile")
+    with pytest.raises(ValueError) as error:
+        _resolve(*argv, "--attention-backend", "torch_native")
+    assert str(error.value).startswith("argument --enable-torch-compile: SGLang's CPU graph needs --attention-backend "
+                                       "intel_amx, and with torch_native")
+    assert "drop --enable-torch-compile" in str(error.value)
+    assert _resolve(*argv, "--attention-backend", "intel_amx").active  # the backend that has it
+    assert not _resolve("--device", "cpu", "--enable-torch-compile", "--attention-backend", "torch_native").active

@@ -15,6 +15,10 @@ from ..layout import QUANTIZED, WEIGHT_DTYPES
 
 COMPILE_MODES = ("off", "regional")
 UMBRELLA = "--enable-cpu-rvv-inductor"
+# SGLang 0.5.21's CPU graph (--enable-torch-compile on a CPU) calls the attention backend's
+# init_cpu_graph_state, which only these define (besides the linear-attention ones of hybrid
+# models): with torch_native, the appliance's, the scheduler died with an AttributeError.
+CPU_GRAPH_BACKENDS = ("intel_amx",)
 # The umbrella's tested values.
 UMBRELLA_VALUES = dict(cpu_compile_mode="regional", cpu_rvv_packed_weight_mode="explicit", cpu_rvv_small_batch=True)
 REPORT_NAME = "sglang_rvv_report.json"
@@ -138,6 +142,12 @@ def resolve(args: argparse.Namespace) -> RvvSettings:
     if settings.active and device not in (None, "cpu"):
         raise ValueError(f"argument {settings.enabled_by}: the RVV policy runs on --device cpu, got "
                          f"--device {device}; drop the flag or serve on the CPU")
+    backend = getattr(args, "attention_backend", None)
+    if (settings.active and device == "cpu" and getattr(args, "enable_torch_compile", False)
+            and backend not in (None, *CPU_GRAPH_BACKENDS)):
+        raise ValueError(f"argument --enable-torch-compile: SGLang's CPU graph needs --attention-backend "
+                         f"{' or '.join(CPU_GRAPH_BACKENDS)}, and with {backend} its scheduler stops at the start; "
+                         f"drop --enable-torch-compile ({settings.enabled_by} compiles the projections itself)")
     return settings
 
 
