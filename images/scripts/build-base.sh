@@ -20,9 +20,13 @@ ARCH=""
 # sync-in/sync-out recipe); the image itself never contains them. apt's partial/ keeps the
 # apt package's old mtime unless apt downloaded something, and the SOURCE_DATE_EPOCH clamp
 # only lowers mtimes: the touch makes a build with a filled cache equal a cold one.
+# A foreign arch's rootfs, where dpkg runs under qemu, has its .pyc compiled natively
+# (images/base/pyc.sh says why) by the Python of a rootfs of this host's arch, and dpkg skips
+# its fsyncs (they cost under emulation, and a build cut short leaves nothing used anyway).
 make_rootfs() {
-  local out="$1" workdir="$2" packages mirror suite cache
+  local out="$1" workdir="$2" packages mirror suite cache python foreign=()
   suite=$(lock "arch.${ARCH}.debian_suite")
+  python=$(lock "arch.${ARCH}.python")
   cache="${BUILD_DIR}/debs-${suite}-${ARCH}"
   mkdir -p "${cache}"
   mirror=$(lock base.mirror)
@@ -33,6 +37,12 @@ make_rootfs() {
     aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
   fi
   python3 "${LOCK_PY}" export "${ARCH}" >"${workdir}/base.json"
+  if [[ ${ARCH} != "$(host_arch)" ]]; then
+    make_pyroot "${workdir}/pyroot" "${suite}" "${mirror}" "${python}" "${aptopts[@]}"
+    foreign=(--dpkgopt=force-unsafe-io
+             --essential-hook="'${IMAGES_DIR}/base/pyc.sh' defer \"\$1\""
+             --customize-hook="'${IMAGES_DIR}/base/pyc.sh' compile \"\$1\" '${workdir}/pyroot' '${python}' '${IMAGES_DIR}/scripts/compile-pyc.py'")
+  fi
   log "mmdebstrap ${suite} ${ARCH} (+ ${packages}) from ${mirror}"
   SOURCE_DATE_EPOCH=$(lock base.source_date_epoch) heartbeat "mmdebstrap ${suite} ${ARCH}" mmdebstrap \
     --quiet \
@@ -51,10 +61,24 @@ make_rootfs() {
     --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='path-exclude=/usr/share/info/*' \
-    --customize-hook="'${IMAGES_DIR}/base/customize.sh' \"\$1\" '$(lock "arch.${ARCH}.debian_version")' '$(lock "arch.${ARCH}.python")' '${workdir}/base.json'" \
+    "${foreign[@]}" \
+    --customize-hook="'${IMAGES_DIR}/base/customize.sh' \"\$1\" '$(lock "arch.${ARCH}.debian_version")' '${python}' '${workdir}/base.json'" \
     --customize-hook="sync-out /var/cache/apt/archives '${cache}'" \
     --customize-hook="touch -d @\${SOURCE_DATE_EPOCH} \"\$1/var/cache/apt/archives/partial\"" \
     "${suite}" "${out}" "${mirror}"
+}
+
+# make_pyroot DIR SUITE MIRROR PYTHON [APTOPT...]: a rootfs of this host's arch with python
+# PYTHON-minimal alone (86 MB, 15 s), to compile another arch's .pyc; removed with the workdir.
+make_pyroot() {
+  local dir="$1" suite="$2" mirror="$3" python="$4"
+  shift 4
+  rm -rf "${dir}"
+  log "mmdebstrap ${suite} $(host_arch) (python${python}-minimal, to compile the .pyc natively)"
+  heartbeat "mmdebstrap ${suite} $(host_arch)" mmdebstrap --quiet --mode=root --format=directory \
+    --variant=essential --include="python${python}-minimal" "$@" --dpkgopt=force-unsafe-io \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' "${suite}" "${dir}" "${mirror}"
 }
 
 # build WORKDIR (build_step's FUNCTION): the rootfs tarball (kept as WORKDIR/rootfs.tar),
@@ -66,6 +90,7 @@ build() {
   rm -rf "${workdir}"/rootfs.tar*
   make_rootfs "${workdir}/rootfs.tar.${suffix}" "${workdir}"
   mv "${workdir}/rootfs.tar.${suffix}" "${workdir}/rootfs.tar"
+  rm -rf "${workdir}/pyroot"
   log "rootfs.tar: $(du -h "${workdir}/rootfs.tar" | cut -f1)"
   rootfs_ref="localhost/sglang-rvv-rootfs:${ARCH}-${suffix}"
   TMP_REFS+=("${rootfs_ref}")
