@@ -77,7 +77,7 @@ test: venv lint
 # Python, the image scripts, and Ansible with the compose files (as tests/ansible/test_lint.py does).
 lint: venv
 	$(PY) -m ruff check app tests
-	$(VENV)/bin/shellcheck -x -P images/scripts images/scripts/*.sh images/base/customize.sh
+	$(VENV)/bin/shellcheck -x -P images/scripts images/scripts/*.sh images/base/*.sh
 	$(VENV)/bin/yamllint --strict ansible compose .yamllint
 	cd ansible && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --profile production -q
 
