@@ -84,9 +84,7 @@ def available() -> tuple[bool, str]:
                "images/scripts/build-kernels.sh")
         log.warning("sglang_rvv: %s", why)
         return False, why
-    return True, (f"rmsnorm, fused_add_rmsnorm, qk_rmsnorm, silu_mul (and silu_and_mul), rotary_neox (and "
-                  f"rotary_neox_at), decode_attention (paged too), residual_add, top1, widen, store_kv and "
-                  f"append_rows (and try_ forms of five) from the rvv kernel library ({provider.NAME})")
+    return True, f"{', '.join(NATIVE_OPS)} from the rvv kernel library ({provider.NAME})"
 
 
 class _NativeOps:
