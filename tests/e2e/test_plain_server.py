@@ -88,4 +88,3 @@ def test_startup_failure_reports_log_tail(tmp_path):
         server.start()
     assert str(missing) in str(excinfo.value)  # the log tail names what went wrong
     assert server.live_processes() == []
-
