@@ -78,6 +78,35 @@ def user_checkpoint(directory: Path, seed: int) -> Path:
     return directory
 
 
+# Every .py under a directory has a .pyc that Python takes without compiling it: this Python's
+# magic number, checked-hash, and the hash of the source's own bytes. It prints the number of
+# sources, then one line per bad one.
+_PYC_CHECK = """
+import importlib.util, sys
+from pathlib import Path
+sources, bad = 0, []
+for source in Path(sys.argv[1]).rglob("*.py"):
+    sources += 1
+    try:
+        pyc = Path(importlib.util.cache_from_source(str(source))).read_bytes()
+    except OSError:
+        bad.append(f"{source}: no .pyc")
+        continue
+    if (pyc[:4], pyc[4:8], pyc[8:16]) != (importlib.util.MAGIC_NUMBER, (3).to_bytes(4, "little"),
+                                          importlib.util.source_hash(source.read_bytes())):
+        bad.append(f"{source}: not a checked-hash .pyc of this source")
+print(sources, *bad, sep="\\n")
+"""
+
+
+def pyc_check(python: list[str], directory: str) -> tuple[int, list[str]]:
+    """(sources, the bad ones) of DIRECTORY, checked by PYTHON (a podman exec or run of an image's
+    python3, reading its script from stdin): the .pyc the image's build wrote."""
+    out = subprocess.run([*python, directory], input=_PYC_CHECK, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    return int(out[0]), out[1:]
+
+
 def image_id(image: str) -> str:
     """A local image's id; fails (CalledProcessError) when podman has no such image."""
     return subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
@@ -126,8 +155,17 @@ class Container:
         return subprocess.run(["podman", "exec", self.id, *command], check=True, capture_output=True,
                               text=True).stdout
 
-    def remove(self) -> None:
-        subprocess.run(["podman", "rm", "-f", "-v", "-t", "5", self.id], capture_output=True)
+    def remove(self, attempts: int = 3) -> None:
+        """Stop and remove the container and its anonymous volumes. CI runs have left one behind,
+        exited 0: podman stopped it and then did not remove it, and its exit status went unread.
+        So the removal is retried, and a container still there after it is a failure that says why."""
+        for attempt in range(attempts):
+            removed = subprocess.run(["podman", "rm", "-f", "-v", "-t", "5", self.id], capture_output=True, text=True)
+            if subprocess.run(["podman", "container", "exists", self.id]).returncode == 1:
+                return
+            time.sleep(2 * (attempt + 1))
+        pytest.fail(f"podman rm -f {self.id[:12]} left the container in place after {attempts} tries "
+                    f"(exit {removed.returncode}): {removed.stderr.strip()[-2000:]}", pytrace=False)
 
 
 def completion(port: int, prompt: str = "Hello", max_tokens: int = 8, model: str | None = None) -> dict:
