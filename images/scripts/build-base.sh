@@ -31,14 +31,10 @@ make_rootfs() {
   mkdir -p "${cache}"
   mirror=$(lock base.mirror)
   packages=$(lock "arch.${ARCH}.packages" | paste -sd, -)
-  # Debian testing's Release file can be past its Valid-Until; the lock says where to accept that.
-  local aptopts=()
-  if [[ $(lock_or "arch.${ARCH}.apt_check_valid_until" true) == false ]]; then
-    aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
-  fi
+  suite_aptopts
   python3 "${LOCK_PY}" export "${ARCH}" >"${workdir}/base.json"
   if [[ ${ARCH} != "$(host_arch)" ]]; then
-    make_pyroot "${workdir}/pyroot" "${suite}" "${mirror}" "${python}" "${aptopts[@]}"
+    make_pyroot "${workdir}/pyroot"
     foreign=(--dpkgopt=force-unsafe-io
              --essential-hook="'${IMAGES_DIR}/base/pyc.sh' defer \"\$1\""
              --customize-hook="'${IMAGES_DIR}/base/pyc.sh' compile \"\$1\" '${workdir}/pyroot' '${python}' '${IMAGES_DIR}/scripts/compile-pyc.py'")
@@ -55,7 +51,7 @@ make_rootfs() {
     --architectures="${ARCH}" \
     --include="${packages}" \
     --aptopt='APT::Install-Recommends "false"' \
-    "${aptopts[@]}" \
+    "${SUITE_APTOPTS[@]}" \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' \
@@ -66,19 +62,6 @@ make_rootfs() {
     --customize-hook="sync-out /var/cache/apt/archives '${cache}'" \
     --customize-hook="touch -d @\${SOURCE_DATE_EPOCH} \"\$1/var/cache/apt/archives/partial\"" \
     "${suite}" "${out}" "${mirror}"
-}
-
-# make_pyroot DIR SUITE MIRROR PYTHON [APTOPT...]: a rootfs of this host's arch with python
-# PYTHON-minimal alone (86 MB, 15 s), to compile another arch's .pyc; removed with the workdir.
-make_pyroot() {
-  local dir="$1" suite="$2" mirror="$3" python="$4"
-  shift 4
-  rm -rf "${dir}"
-  log "mmdebstrap ${suite} $(host_arch) (python${python}-minimal, to compile the .pyc natively)"
-  heartbeat "mmdebstrap ${suite} $(host_arch)" mmdebstrap --quiet --mode=root --format=directory \
-    --variant=essential --include="python${python}-minimal" "$@" --dpkgopt=force-unsafe-io \
-    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' "${suite}" "${dir}" "${mirror}"
 }
 
 # build WORKDIR (build_step's FUNCTION): the rootfs tarball (kept as WORKDIR/rootfs.tar),

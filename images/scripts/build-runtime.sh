@@ -13,7 +13,8 @@
 #    (riscv64): the venv sees the base's Debian packages (python3-torch and the rest) and
 #    adds the arch's wheelhouse: pure-Python wheels, and SGLang repacked as py3-none-any
 #    (repack-pure.py, checked against its pinned sha256); plus the RVV kernel extension,
-#    cross-compiled on the host against the base image's rootfs (build-kernels.sh);
+#    cross-compiled on the host against the base image's rootfs (build-kernels.sh), and a
+#    native Python to write the venv's .pyc (stage_pyroot; outside the digest: a tool);
 # 4. podman build --network=none (a foreign arch under qemu-user); the image checks itself
 #    against the pins while building;
 # 5. tags the result (version and arch tags) only when it is complete.
@@ -77,6 +78,39 @@ build_kernels() {
   podman image unmount "${base}" >/dev/null
 }
 
+# The venv's .pyc, for a foreign arch: written during the build by this host's CPU, not under
+# qemu-user, where SGLang's 4000-odd files took about 100 s of the riscv64 build. CTX/pyroot is
+# then a native rootfs (make_pyroot) holding the very python3.X-minimal version the base holds,
+# trimmed to /usr, and CTX/pyroot/run-python starts its python by its own loader where the
+# Containerfile mounts it (the build container's /lib has no loader of this host's arch).
+# For this host's arch, or where the mirror now gives another version, CTX/pyroot stays empty
+# and the image's own python compiles (compile-pyc.py: the same files, checked-hash).
+stage_pyroot() {
+  local ctx="$1" base="$2" dir="$1/pyroot" python sysroot want have loaders loader
+  mkdir -p "${dir}"
+  [[ ${ARCH} != "$(host_arch)" ]] || return 0
+  python=$(lock "arch.${ARCH}.python")
+  sysroot=$(podman image mount "${base}") || die "cannot mount ${base} to read its python version"
+  want=$(deb_version "${sysroot}" "python${python}-minimal")
+  podman image unmount "${base}" >/dev/null
+  make_pyroot "${dir}" || log "mmdebstrap of a native python${python}-minimal failed (see above)"
+  have=$(deb_version "${dir}" "python${python}-minimal")
+  shopt -s nullglob
+  loaders=("${dir}"/usr/lib/*-linux-*/ld-linux*.so.?)
+  shopt -u nullglob
+  if [[ -z ${want} || ${have} != "${want}" || ${#loaders[@]} != 1 ]]; then
+    log "the native python${python}-minimal is ${have:-missing} (loaders: ${#loaders[@]}), the base's ${want:-missing}: the venv's .pyc are compiled under emulation"
+    rm -rf "${dir}" && mkdir "${dir}"
+    return 0
+  fi
+  find "${dir}" -mindepth 1 -maxdepth 1 ! -name usr -exec rm -rf {} +
+  loader=/mnt/pyroot${loaders[0]#"${dir}"}
+  printf '#!/bin/sh\n# python%s %s of %s (build-runtime.sh stage_pyroot), by its own loader.\nexec %s --library-path %s /mnt/pyroot/usr/bin/python%s "$@"\n' \
+    "${python}" "${have}" "$(host_arch)" "${loader}" "${loader%/*}" "${python}" >"${dir}/run-python"
+  chmod 0755 "${dir}/run-python"
+  log "the venv's .pyc are compiled natively, by python${python}-minimal ${have} of $(host_arch)"
+}
+
 # Everything but the wheels (which requirements.txt pins by hash).
 stage_context() {
   local ctx="$1"
@@ -90,8 +124,8 @@ stage_context() {
   stage_revision "${ctx}"
 }
 
-# build CTX BASE DIGEST (build_step's FUNCTION): the wheelhouse (and the RVV kernels) into the
-# context, then the image.
+# build CTX BASE DIGEST (build_step's FUNCTION): the wheelhouse (and the RVV kernels and the
+# native Python) into the context, then the image.
 build() {
   local ctx="$1" base="$2" digest="$3" wheelhouse="${BUILD_DIR}/wheelhouse-${ARCH}" platform=() labels
   python3 "${LOCK_PY}" download-requirements "${ARCH}" "${ctx}/download.txt"
@@ -102,6 +136,7 @@ build() {
   timer_report "wheelhouse"
   link_wheels "${ctx}" "${wheelhouse}"
   build_kernels "${base}" "${ctx}"
+  stage_pyroot "${ctx}" "${base}"
   mapfile -t labels < <(python3 "${LOCK_PY}" labels "${ARCH}" runtime)
   build_image --verbose "${ctx}" "${ctx}/Containerfile" \
     --build-arg "BASE_IMAGE=${base}" \

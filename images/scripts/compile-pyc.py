@@ -15,6 +15,7 @@ A file this Python cannot parse (a test fixture written for a newer Python, say)
 and counted, as pip does; any other error fails the build.
 """
 
+import os
 import py_compile
 import sys
 import warnings
@@ -37,8 +38,10 @@ def main() -> int:
             skipped.append(str(source.relative_to(root)))
         else:
             compiled += 1
-    print(f"compile-pyc: {compiled} files compiled under {root}; {len(skipped)} skipped (syntax this "
-          f"Python does not parse){': ' + ', '.join(skipped[:5]) if skipped else ''}")
+    # Read after compiling: an import before it would change the process's history.
+    python = f"{os.uname().machine} Python {sys.version.split()[0]}"
+    print(f"compile-pyc: {compiled} files compiled under {root} by {python}; {len(skipped)} skipped (syntax "
+          f"this Python does not parse){': ' + ', '.join(skipped[:5]) if skipped else ''}")
     return 0
 
 

@@ -134,6 +134,35 @@ link_wheels() {
   cp -al "${wheelhouse}" "${ctx}/wheels" 2>/dev/null || cp -a "${wheelhouse}" "${ctx}/wheels"
 }
 
+# suite_aptopts: mmdebstrap's --aptopt for ARCH's Debian suite, into the array SUITE_APTOPTS.
+suite_aptopts() {
+  SUITE_APTOPTS=()
+  # Debian testing's Release file can be past its Valid-Until; the lock says where to accept that.
+  if [[ $(lock_or "arch.${ARCH}.apt_check_valid_until" true) == false ]]; then
+    SUITE_APTOPTS+=(--aptopt='Acquire::Check-Valid-Until "false"')
+  fi
+}
+
+# make_pyroot DIR: a rootfs of this host's arch holding ARCH's python (python3.X-minimal) alone,
+# from ARCH's suite (86 MB, 15 s), whose Python writes a foreign rootfs's .pyc natively instead
+# of under qemu-user: .pyc bytes depend on the Python version, not on the CPU that wrote them.
+# So the caller uses it only where deb_version gives the very version the foreign rootfs holds.
+make_pyroot() {
+  local dir="$1" suite python
+  suite=$(lock "arch.${ARCH}.debian_suite")
+  python=$(lock "arch.${ARCH}.python")
+  suite_aptopts
+  rm -rf "${dir}"
+  log "mmdebstrap ${suite} $(host_arch) (python${python}-minimal, to compile the .pyc natively)"
+  heartbeat "mmdebstrap ${suite} $(host_arch)" mmdebstrap --quiet --mode=root --format=directory \
+    --variant=essential --include="python${python}-minimal" "${SUITE_APTOPTS[@]}" --dpkgopt=force-unsafe-io \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' "${suite}" "${dir}" "$(lock base.mirror)"
+}
+
+# deb_version ROOT PACKAGE: the version of PACKAGE installed in the rootfs at ROOT, or nothing.
+deb_version() { dpkg-query --admindir="$1/var/lib/dpkg" -W -f='${Version}' "$2" 2>/dev/null || true; }
+
 # context_digest CTX BASE: a digest of a staged build context and the image it builds on.
 context_digest() {
   local ctx="$1" base="$2"

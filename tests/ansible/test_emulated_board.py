@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from ansible_support import REPO, flat, host_checks_pass, inventory, playbook, recap
+from image_support import pyc_check
 
 BOARD = "emulated-board"
 
@@ -34,30 +35,11 @@ def board_container():
     subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True)
 
 
-# Every source file of the Debian Python packages has a .pyc that Python takes without compiling:
-# the base build compiles them natively, not by Debian's py3compile under qemu (images/base/pyc.sh).
-PYC_CHECK = """
-import importlib.util, sys
-from pathlib import Path
-sources, bad = 0, []
-for source in Path("/usr/lib/python3/dist-packages").rglob("*.py"):
-    sources += 1
-    try:
-        pyc = Path(importlib.util.cache_from_source(str(source))).read_bytes()
-    except OSError:
-        bad.append(f"{source}: no .pyc")
-        continue
-    if (pyc[:4], pyc[4:8], pyc[8:16]) != (importlib.util.MAGIC_NUMBER, (3).to_bytes(4, "little"),
-                                          importlib.util.source_hash(source.read_bytes())):
-        bad.append(f"{source}: not a checked-hash .pyc of this source")
-print(sources, len(bad), *bad[:5], sep="\\n")
-"""
-
-
 def test_every_debian_python_source_of_the_base_has_its_pyc(board_container):
-    checked = subprocess.run(["podman", "exec", "-i", board_container, "python3", "-"], input=PYC_CHECK,
-                             capture_output=True, text=True, check=True).stdout.split("\n")
-    assert int(checked[0]) > 10000 and checked[1:] == ["0", ""], checked  # torch alone has 2349
+    # The base build compiles them natively, not by Debian's py3compile under qemu (images/base/pyc.sh).
+    python = ["podman", "exec", "-i", board_container, "python3", "-"]
+    sources, bad = pyc_check(python, "/usr/lib/python3/dist-packages")
+    assert sources > 10000 and not bad, (sources, bad)  # torch alone has 2349
     diverted = subprocess.run(["podman", "exec", board_container, "dpkg-divert", "--list", "*py3compile*"],
                               capture_output=True, text=True, check=True).stdout
     assert diverted == "", diverted  # Debian's py3compile is back, for what the board installs later

@@ -27,6 +27,7 @@ from image_support import (
     compose_report,
     free_port,
     lock_get,
+    pyc_check,
     run,
 )
 
@@ -103,6 +104,16 @@ def test_runtime_build_is_kept_when_up_to_date(riscv64_runtime_image):
                           timeout=BUILD_TIMEOUT, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert f"{riscv64_runtime_image} is up to date" in proc.stderr
+
+
+def test_every_venv_source_has_the_pyc_its_build_wrote(riscv64_runtime_image):
+    """The venv's .pyc (SGLang's 4000-odd files, the app's) are written by the build, by the build
+    host's own Python of the very same version where there is one (build-runtime.sh stage_pyroot),
+    and Python takes every one of them without compiling."""
+    python = ["podman", "run", "--rm", "-i", "--init", "--network=none", "--entrypoint", "python3",
+              riscv64_runtime_image, "-"]
+    sources, bad = pyc_check(python, f"/opt/sglang-rvv/venv/lib/python{lock_get('arch.riscv64.python')}/site-packages")
+    assert sources > 4000 and not bad, (sources, bad[:20])
 
 
 def test_flag_on_and_off_give_the_same_greedy_tokens(served):
