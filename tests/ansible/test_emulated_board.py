@@ -39,7 +39,7 @@ def test_every_debian_python_source_of_the_base_has_its_pyc(board_container):
     # The base build compiles them natively, not by Debian's py3compile under qemu (images/base/pyc.sh).
     python = ["podman", "exec", "-i", board_container, "python3", "-"]
     sources, bad = pyc_check(python, "/usr/lib/python3/dist-packages")
-    assert sources > 10000 and not bad, (sources, bad)  # torch alone has 2349
+    assert sources > 10000 and not bad, (sources, bad[:20])  # torch alone has 2349
     diverted = subprocess.run(["podman", "exec", board_container, "dpkg-divert", "--list", "*py3compile*"],
                               capture_output=True, text=True, check=True).stdout
     assert diverted == "", diverted  # Debian's py3compile is back, for what the board installs later
