@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from . import layout
 from .kernels import chosen
-from .ops import packed_bf16_linear, packed_int4_linear, packed_int8_linear
+from .ops import packed_bf16_linear, packed_int4_a8_linear, packed_int4_linear, packed_int8_linear
 from .route_table import Shape
 
 
@@ -60,9 +60,13 @@ def _int4_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor,
     return packed_int4_linear(input, qweight, scales, out_features, input.shape[-1])
 
 
+def _int4_a8_rows(input: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out_features: int) -> torch.Tensor:
+    return packed_int4_a8_linear(input, qweight, scales, out_features, input.shape[-1])
+
+
 # The compiled body of each packed layout: (rows, *packed tensors, out_features), through the
 # traced custom ops of :mod:`ops`, which Inductor decomposes into the provider's form.
-PACKED_BODIES = {"bf16": _packed_rows, "int8": _int8_rows, "int4": _int4_rows}
+PACKED_BODIES = {"bf16": _packed_rows, "int8": _int8_rows, "int4": _int4_rows, "int4_a8": _int4_a8_rows}
 
 
 @functools.cache  # the provider is chosen once per process

@@ -39,7 +39,9 @@ class RvvPolicyConfig:
             without a warm-up.
         weight_dtype: the packed layout of the projections: ``"bf16"`` (the weight
             as it is), or ``"int8"`` / ``"int4"``, quantized at pack time from the
-            BF16 weight, which stays the source of truth (see :mod:`layout`).
+            BF16 weight, which stays the source of truth (see :mod:`layout`);
+            ``"int4_a8"``: int4 whose linear also quantizes its input to int8 (the
+            rvv provider's; elsewhere it falls back to int4).
         group_size: the quantized layout's group along K; ``None`` takes the
             layout's default (int8: 0 = one scale per output channel; int4: 32).
             Only for int8/int4.

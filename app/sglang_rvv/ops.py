@@ -161,6 +161,10 @@ pack_int8_weight = torch.ops.sglang_rvv.pack_int8_weight
 packed_int8_linear = torch.ops.sglang_rvv.packed_int8_linear
 pack_int4_weight = torch.ops.sglang_rvv.pack_int4_weight
 packed_int4_linear = torch.ops.sglang_rvv.packed_int4_linear
+pack_int4_a8_weight = torch.ops.sglang_rvv.pack_int4_a8_weight
+packed_int4_a8_linear = torch.ops.sglang_rvv.packed_int4_a8_linear
 # The linear op of each layout, by name.
-LINEAR_OPS = {"bf16": packed_bf16_linear, "int8": packed_int8_linear, "int4": packed_int4_linear}
-PACK_OPS = {"bf16": pack_bf16_weight, "int8": pack_int8_weight, "int4": pack_int4_weight}
+LINEAR_OPS = {"bf16": packed_bf16_linear, "int8": packed_int8_linear, "int4": packed_int4_linear,
+              "int4_a8": packed_int4_a8_linear}
+PACK_OPS = {"bf16": pack_bf16_weight, "int8": pack_int8_weight, "int4": pack_int4_weight,
+            "int4_a8": pack_int4_a8_weight}

@@ -48,6 +48,11 @@ QUANT_SHAPES = tuple((*BUCKET_SHAPE, m) for m in (1, 3, 5, 17, 130)) + ((33, 333
 QUANT_REALISTIC = (("int8", 0), ("int4", 32))
 QUANT_EXACT = (33, 70, 2)  # N, K, M: small enough for layout.quantized_linear_reference under qemu
 QUANT_PACK_SHAPES = ((100, 70), (33, 300))
+# int4 with int8 activations (packed_int4_a8_linear, on the int4 layout): the quantized sample's
+# shapes at two group sizes, the realistic shape at the smallest and largest, and the exact
+# reference on rows that hold a NaN, an infinity and values too small to scale.
+A8_GROUPS = (32, 64)
+A8_REALISTIC_GROUPS = (32, 128)
 # The rest of a decode step: rows of d values. d around the 16-lane chains (1, 15..17), the head
 # dim and hidden sizes of the benchmark models; 5 rows for the row loop. A chunk past VLMAX at
 # every VLEN (1000, 3072) takes several vector passes in the elementwise parts.
@@ -76,6 +81,10 @@ def linear_case(n: int, k: int, m: int) -> str:
 
 def qlinear_case(name: str, group_size: int, n: int, k: int, m: int) -> str:
     return f"qlinear {name} G={group_size} N={n} K={k} M={m}"
+
+
+def a8linear_case(group_size: int, n: int, k: int, m: int) -> str:
+    return f"a8linear G={group_size} N={n} K={k} M={m}"
 
 
 MODES = ("full", "numeric", "no-vector")
@@ -113,6 +122,11 @@ def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
               for name, g in QUANT_CONFIGS for shape in QUANT_SHAPES]
     cases += [(qlinear_case(name, g, *REALISTIC, 1), lambda name=name, g=g: check_qlinear(name, g, *REALISTIC, 1))
               for name, g in QUANT_REALISTIC]
+    cases += [(a8linear_case(g, *shape), lambda g=g, shape=shape: check_a8linear(g, *shape))
+              for g in A8_GROUPS for shape in QUANT_SHAPES]
+    cases += [(a8linear_case(g, *REALISTIC, 1), lambda g=g: check_a8linear(g, *REALISTIC, 1))
+              for g in A8_REALISTIC_GROUPS]
+    cases += [("a8 special rows", check_a8_special_rows)]
     cases += [(f"{kind} d={d} rows={r}", lambda kind=kind, d=d, r=r: FUSED_CHECKS[kind](d, r))
               for kind in FUSED_CHECKS for d in FUSED_DIMS for r in FUSED_ROWS]
     cases += [(f"rotary {'x'.join(map(str, shape))}", lambda shape=shape: check_rotary(*shape))
@@ -695,6 +709,38 @@ def check_qlinear(name: str, group_size: int, n: int, k: int, m: int) -> dict:
     if MODE == "full":
         dequantized = layout.dequantize_reference(*packed, _quant(name), n, k)
         result["sqnr_db"] = round(sqnr_db(out, x.double() @ dequantized.T), 2)
+    return result
+
+
+def _a8linear(x, packed, n: int, k: int):
+    return native().packed_int4_a8_linear(x, *packed, n, k, layout.INT4.version)
+
+
+def check_a8linear(group_size: int, n: int, k: int, m: int) -> dict:
+    weight, x = _inputs(n, k, m)
+    packed = _qpack("int4", group_size, weight)
+    out = _a8linear(x, packed, n, k)
+    result = {"shape": list(out.shape), "dtype": str(out.dtype), "digest": digest(out)}
+    if MODE == "full":
+        dequantized = layout.dequantize_reference(*packed, layout.INT4, n, k)
+        result["sqnr_db"] = round(sqnr_db(out, x.double() @ dequantized.T), 2)
+    return result
+
+
+def check_a8_special_rows() -> dict:
+    """Rows with a NaN, an infinity, only values too small to scale (d = 0), and a plain one."""
+    n, k, _ = QUANT_EXACT
+    weight, x = _inputs(n, k, 4)
+    x[0, 5], x[1, 40] = float("nan"), float("-inf")
+    x[2] = 1e-38
+    packed = _qpack("int4", 32, weight)
+    out = _a8linear(x, packed, n, k)
+    result = {"digest": digest(out)}
+    if MODE == "full":
+        want = layout.quantized_linear_a8_reference(x, *packed, n)
+        result["bits_equal"] = torch.equal(out.view(torch.int16), want.view(torch.int16))
+        result["nan_rows"] = [int(r) for r in out.isnan().all(dim=1).nonzero().flatten()]
+        result["zero_row"] = bool((out[2] == 0).all())
     return result
 
 

@@ -28,6 +28,8 @@ N, K = 100, 70  # a 4-column tail block; K off every group size
 ROWS = range(1, 131)
 QUANT = [pytest.param(layout.INT8, 32, id="int8-g32"), pytest.param(layout.INT8, 0, id="int8-per-channel"),
          pytest.param(layout.INT4, 32, id="int4-g32"), pytest.param(layout.INT4, 64, id="int4-g64")]
+# The layouts the eager route calls: int4_a8 beside the weight-only ones (its kernel: the a8 tests below).
+ROUTED = [pytest.param(None, 0, id="bf16"), *QUANT, pytest.param(layout.INT4_A8, 32, id="int4_a8-g32")]
 LARGE = [(2048, 2048, 1), (1000, 333, 17), (96, 4096, 5)]  # N, K, M: several K panels, many blocks
 
 
@@ -217,7 +219,7 @@ def test_an_input_of_any_rank_is_its_rows(native, quant, group_size):
     assert call(x[:0].view(0, 1, K)).shape == (0, 1, N)
 
 
-@pytest.mark.parametrize("quant,group_size", [pytest.param(None, 0, id="bf16"), *QUANT])
+@pytest.mark.parametrize("quant,group_size", ROUTED)
 def test_the_eager_routes_direct_entry_is_the_op_itself(native, quant, group_size):
     """kernels.rvv.direct_op: the op's own callable with its trailing arguments, as the eager route
     calls it (fn(input, *packed, *tail)), gives the bits of the op called through torch.ops."""
@@ -246,6 +248,56 @@ def test_special_values(native, quant, group_size):
     assert torch.equal(out.isnan(), ref.isnan())
     assert torch.equal(out.isinf(), ref.isinf()) and torch.equal(out[out.isinf()].double(), ref[out.isinf()])
     assert set(_bits(out)[out.isnan()].tolist()) <= {0x7FC0}
+
+
+# --- int4 with int8 activations ------------------------------------------------------------
+
+
+def _a8(native, x, packed, n, k):
+    return native.packed_int4_a8_linear(x, *packed, n, k, VERSION)
+
+
+@pytest.mark.parametrize("group_size", [32, 64])
+def test_a8_small_shapes_are_the_exact_reference(native, group_size):
+    """Bit for bit layout.quantized_linear_a8_reference, with rows holding a NaN, an infinity, values
+    too small to scale (d = 0: zeros), all zeros, and a signed zero."""
+    weight, x = _randn(40, K, seed=5), _randn(7, K, seed=6)
+    x[0, 3] = float("nan")
+    x[1, 60] = float("inf")
+    x[2], x[3] = 1e-38, 0.0
+    x[4, 69] = -0.0
+    packed = _pack(native, layout.INT4, weight, group_size)
+    for rows in (x[:1], x[1:4], x):
+        want = layout.quantized_linear_a8_reference(rows, *packed, 40)
+        assert torch.equal(_bits(_a8(native, rows, packed, 40, K)), _bits(want)), rows.shape[0]
+    out = _a8(native, x, packed, 40, K)
+    assert out[:2].isnan().all() and set(_bits(out[:2]).flatten().tolist()) == {0x7FC0}
+    assert (out[2:4] == 0).all() and not out[4:].isnan().any()
+
+
+@pytest.mark.parametrize("group_size", [32, 128])
+def test_a8_every_row_count_and_its_error(native, group_size):
+    """Every M in 1..130 gives the rows of one call of 130 (each row quantized on its own), and the
+    int8 activations stay within a few ulp of BF16 of the weight-only result: SQNR against fp64 of
+    the dequantized weight at least 38 dB (the weight-only kernel's is about 55)."""
+    k = 333
+    weight, x = _randn(N, k, seed=7), _randn(max(ROWS), k, seed=8)
+    packed = _pack(native, layout.INT4, weight, group_size)
+    full = _a8(native, x, packed, N, k)
+    ref = x.double() @ layout.dequantize_reference(*packed, layout.INT4, N, k).T
+    sqnr = 10 * math.log10(ref.pow(2).sum() / (full.double() - ref).pow(2).sum())
+    assert sqnr >= 38.0, sqnr
+    for m in ROWS:
+        assert torch.equal(_bits(_a8(native, x[:m], packed, N, k)), _bits(full[:m])), m
+
+
+@pytest.mark.parametrize("n", [1000, 20, 10])
+def test_a8_thread_count_and_half_blocks_change_no_bit(native, n):
+    weight, x = _randn(n, 333, seed=9), _randn(9, 333, seed=10)
+    packed = _pack(native, layout.INT4, weight, 32)
+    def call():
+        return _a8(native, x, packed, n, 333)
+    assert torch.equal(_bits(_with_threads(1, call)), _bits(_with_threads(2, call)))
 
 
 # --- bad calls -----------------------------------------------------------------------------
@@ -281,12 +333,17 @@ def _bad_calls(native):
                          "expects bfloat16 scales"),
         "out_features too large": (lambda: native.packed_int4_linear(x, q4, s4, 65, 64, VERSION),
                                    "out_features=65 does not fit"),
+        "int4 group of 2 to the a8 op": (lambda: native.packed_int4_a8_linear(x, *native.pack_int4_weight(
+            weight, 2, VERSION), 64, 64, VERSION), "group size 2 is not a multiple of 16"),
+        "int8 qweight to the a8 op": (lambda: native.packed_int4_a8_linear(x, q8, s8, 64, 64, VERSION),
+                                      "expects a uint8 qweight"),
     }
 
 
 BAD_CALLS = ("float weight", "1-D weight", "group 0", "group above K", "odd int4 group", "pack layout version",
              "non-finite weight", "float input", "0-d input", "linear layout version", "int8 qweight to the int4 op",
-             "K mismatch", "input K mismatch", "scales of another weight", "float scales", "out_features too large")
+             "K mismatch", "input K mismatch", "scales of another weight", "float scales", "out_features too large",
+             "int4 group of 2 to the a8 op", "int8 qweight to the a8 op")
 
 
 @pytest.mark.parametrize("case", BAD_CALLS)
@@ -315,7 +372,7 @@ def _packed_module(native, quant, group_size, weight):
     return dict(zip(("packed", "scales"), packed, strict=False)), packed
 
 
-@pytest.mark.parametrize("quant,group_size", [pytest.param(None, 0, id="bf16"), *QUANT])
+@pytest.mark.parametrize("quant,group_size", ROUTED)
 def test_the_native_entry_gives_the_ops_bits_with_the_bias_added(native, direct_entry, quant, group_size):
     weight, bias = _randn(N, K, seed=21), _randn(N, seed=22)
     buffers, packed = _packed_module(native, quant, group_size, weight)

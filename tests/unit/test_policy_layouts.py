@@ -153,6 +153,16 @@ def test_a_provider_without_a_layout_falls_back_with_the_reason(llama, monkeypat
     assert "lm_head" not in report.layout_fallbacks  # int8 is what lm_head was asked for
 
 
+def test_int4_a8_on_the_generic_provider_is_int4_with_the_reason(llama):
+    """x86's provider has no kernel that quantizes activations: int4_a8's weights are int4's, and
+    int4 serves them (the board's rvv provider runs int4_a8 itself: tests/images/test_board_model.py)."""
+    report = install_rvv_policy(llama, _config("int4_a8"))
+    assert report.layouts["model.layers.0.mlp.down_proj"] == "int4" and report.layouts["lm_head"] == "int8"
+    why = report.layout_fallbacks["model.layers.0.mlp.down_proj"]
+    assert why.startswith("int4_a8 -> int4: int4_a8: generic has no kernel that quantizes activations"), why
+    _assert_buffers_are_the_packing_of(llama.model.layers[0].mlp.down_proj, PackedLayout("int4", 1, 32))
+
+
 def test_a_layout_the_shape_or_values_refuse_falls_back():
     config = RvvPolicyConfig(weight_dtype="int4")
     packed_layout, why = choose_layout(config, "o_proj", torch.zeros(64, 16, dtype=torch.bfloat16))
@@ -172,7 +182,7 @@ def test_an_already_quantized_checkpoint_stays_gated(llama):
 
 
 def test_bad_config_names_the_choices():
-    with pytest.raises(ValueError, match=r"weight_dtype='fp4' is not one of \('bf16', 'int8', 'int4'\)"):
+    with pytest.raises(ValueError, match=r"weight_dtype='fp4' is not one of \('bf16', 'int8', 'int4', 'int4_a8'\)"):
         RvvPolicyConfig(weight_dtype="fp4")
     with pytest.raises(ValueError, match=r"group_size=48 is not one of int4's \(32, 64, 128\)"):
         RvvPolicyConfig(weight_dtype="int4", group_size=48)

@@ -49,7 +49,7 @@ def test_a_sub_flag_alone_enables_its_part():
     (["--cpu-rvv-packed-weight-mode", "fast"], "argument --cpu-rvv-packed-weight-mode: invalid choice: 'fast'"),
     (["--cpu-compile-mode", "full"], "argument --cpu-compile-mode: invalid choice: 'full'"),
     (["--cpu-rvv-weight-dtype", "fp8"],
-     "argument --cpu-rvv-weight-dtype: invalid choice: 'fp8' (choose from 'bf16', 'int8', 'int4')"),
+     "argument --cpu-rvv-weight-dtype: invalid choice: 'fp8' (choose from 'bf16', 'int8', 'int4', 'int4_a8')"),
     (["--cpu-rvv-lm-head-dtype", "int2"], "argument --cpu-rvv-lm-head-dtype: invalid choice: 'int2'"),
     (["--cpu-rvv-group-size", "-32"], "argument --cpu-rvv-group-size: '-32' is not a whole number"),
 ])

@@ -28,7 +28,7 @@ from .. import layout
 
 ENTRY_NAME = "libsglang_rvv_entry.so"
 MODULE_NAME = "_sglang_rvv_entry"  # its PyInit__sglang_rvv_entry
-KINDS = {"bf16": 0, "int8": 1, "int4": 2}
+KINDS = {"bf16": 0, "int8": 1, "int4": 2, "int4_a8": 3}
 log = logging.getLogger("sglang_rvv")
 
 

@@ -49,7 +49,11 @@ def status() -> tuple[bool, str]:
 
 
 def layout_refusal(name: str) -> str | None:
-    return None if name in layout.WEIGHT_DTYPES else f"generic has no layout {name!r}"
+    if name not in layout.WEIGHT_DTYPES:
+        return f"generic has no layout {name!r}"
+    if name != "bf16" and layout.QUANTIZED[name].activations != "bf16":
+        return f"generic has no kernel that quantizes activations ({name} runs on the rvv provider)"
+    return None
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

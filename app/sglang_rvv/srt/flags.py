@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "Default: available memory (cgroup limits included) minus a reserve.")
     group.add_argument("--cpu-rvv-weight-dtype", choices=WEIGHT_DTYPES, default="bf16",
                        help="The packed weights' layout, quantized at load from the BF16 checkpoint "
-                            "(weight-only; activations stay BF16). Default: bf16.")
+                            "(weight-only: activations stay BF16; int4_a8 also quantizes them to int8 "
+                            "per call, on the rvv kernels only). Default: bf16.")
     group.add_argument("--cpu-rvv-group-size", type=_group_size, default=None, metavar="N",
                        help="Weights per scale along K for int8/int4 (0 = one scale per output channel). "
                             f"Choices: {_group_size_choices()}.")

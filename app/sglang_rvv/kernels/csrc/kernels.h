@@ -18,6 +18,13 @@
 // - int8/int4: for each group g in order, s = the FP32 fma chain of x[k] * q[k] from +0.0f over
 //   the group's real columns (k < K) in order, then acc = fma(s, scale[g], acc) from acc = +0.0f;
 // then one rounding to BF16 (nearest even, every NaN 0x7FC0).
+// - int4 with int8 activations (packed_int4_a8_linear: the int4 layout, the activations quantized
+//   per call): per row and group g, amax = the largest |x[k]| over the group's real columns (NaN
+//   skipped); if the group holds a NaN or an infinity, d = NaN and every xq = 0; else if amax == 0
+//   or 127 / amax overflows, d = 0 and every xq = 0; else inv = 127 / amax, d = amax / 127 (FP32
+//   divisions) and xq[k] = rne(x[k] * inv), which is within -127..127 (|x * inv| <= 127 plus an
+//   ulp). Then s = the exact integer sum of xq[k] * q[k], t = float(s) * d (|s| < 2^24: exact
+//   conversion, one rounding), acc = fma(t, scale[g], acc) from acc = +0.0f, groups in order.
 #pragma once
 
 #include <stdint.h>
@@ -68,6 +75,11 @@ struct QuantLinearArgs {
 // group sums). The twins need none.
 static inline int64_t linear_scratch_floats(int64_t m) { return m * kPanelK + kGroupBlocks * m * kBlockN; }
 static inline int64_t quant_scratch_floats(int64_t m) { return m * kPanelK + 2 * kGroupBlocks * m * kBlockN; }
+// The int8-activation kernel's scratch: the rows' quantized values (m * kp int8), then per row and
+// group d (FP32) and the sum of its xq (int32).
+static inline int64_t a8_scratch_floats(int64_t m, int64_t kp, int64_t group) {
+  return (m * kp + 3) / 4 + 2 * m * (kp / group);
+}
 
 // out[:, 32*b + lane_begin : min(32*b + lane_end, n)] for every block b in [block_begin,
 // block_end). Calls on disjoint blocks or lanes write disjoint columns, so they run in parallel.
@@ -77,10 +89,12 @@ using QuantLinearKernel = void (*)(const QuantLinearArgs&, int64_t block_begin, 
 void linear_bf16_32x_generic(const LinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
 void linear_int8_32x_generic(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
 void linear_int4_32x_generic(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+void linear_int4_a8_32x_generic(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
 #if defined(__riscv)
 void linear_bf16_32x_rvv(const LinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
 void linear_int8_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
 void linear_int4_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
+void linear_int4_a8_32x_rvv(const QuantLinearArgs& args, int64_t block_begin, int64_t block_end, float* scratch);
 
 // VLEN in bits; executes a vector instruction, so only where V is enabled.
 int64_t rvv_vlen_bits();

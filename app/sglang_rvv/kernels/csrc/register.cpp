@@ -39,7 +39,7 @@ namespace {
 
 struct Isa {
   LinearKernel bf16;
-  QuantLinearKernel int8, int4;
+  QuantLinearKernel int8, int4, int4_a8;
   NormKernel rmsnorm;
   SiluMulKernel silu_mul;
   RotaryKernel rotary;
@@ -54,11 +54,13 @@ const Isa& isa() {
   static const Isa chosen = [] {
 #if defined(__riscv)
     if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) {
-      return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, rmsnorm_rvv, silu_mul_rvv,
+      return Isa{linear_bf16_32x_rvv, linear_int8_32x_rvv, linear_int4_32x_rvv, linear_int4_a8_32x_rvv, rmsnorm_rvv,
+                 silu_mul_rvv,
                  rotary_rvv, attention_rvv, top1_rvv, widen_rvv, add_rvv, "rvv vlen=" + std::to_string(rvv_vlen_bits())};
     }
 #endif
-    return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic, rmsnorm_generic,
+    return Isa{linear_bf16_32x_generic, linear_int8_32x_generic, linear_int4_32x_generic,
+               linear_int4_a8_32x_generic, rmsnorm_generic,
                silu_mul_generic, rotary_generic, attention_generic, top1_generic, widen_generic, add_generic,
                "generic"};
   }();
@@ -181,7 +183,8 @@ at::Tensor packed_bf16_linear(const at::Tensor& input, const at::Tensor& packed_
   return out;
 }
 
-// What tells the int8 and int4 layouts apart at the entry point.
+// What tells the quantized layouts apart at the entry point (int4_a8 packs as int4 does; its
+// kernel quantizes the activations too).
 struct QuantSpec {
   const char* pack_op;
   const char* linear_op;
@@ -190,12 +193,21 @@ struct QuantSpec {
   const char* qdtype_name;
   int64_t k_per_row;  // K steps per qweight row: 1 (int8), 2 (int4: a nibble pair)
   QuantLinearKernel Isa::*kernel;
+  int64_t (*scratch_floats)(int64_t m, int64_t kp, int64_t group);
+  int64_t group_multiple;  // the kernel's G must be a multiple: int4_a8 sums 16 K steps in int16
 };
 
+int64_t weight_only_scratch(int64_t m, int64_t /*kp*/, int64_t /*group*/) { return quant_scratch_floats(m); }
+
 constexpr QuantSpec kInt8{"pack_int8_weight", "packed_int8_linear", kInt8LayoutVersion,
-                          at::kChar,          "int8",             1,                  &Isa::int8};
+                          at::kChar,          "int8",             1,                  &Isa::int8,
+                          weight_only_scratch, 1};
 constexpr QuantSpec kInt4{"pack_int4_weight", "packed_int4_linear", kInt4LayoutVersion,
-                          at::kByte,          "uint8",            2,                  &Isa::int4};
+                          at::kByte,          "uint8",            2,                  &Isa::int4,
+                          weight_only_scratch, 2};
+constexpr QuantSpec kInt4A8{"pack_int4_a8_weight", "packed_int4_a8_linear", kInt4LayoutVersion,
+                            at::kByte,          "uint8",                 2,                  &Isa::int4_a8,
+                            a8_scratch_floats, 16};
 
 std::tuple<at::Tensor, at::Tensor> pack_quantized(const QuantSpec& spec, const at::Tensor& weight, int64_t group,
                                                   int64_t layout_version) {
@@ -242,6 +254,8 @@ at::Tensor quantized_linear(const QuantSpec& spec, const at::Tensor& input, cons
   const int64_t group = kp / scales.size(1);
   TORCH_CHECK(k > 0 && (k + group - 1) / group * group == kp, "sglang_rvv_native::", op, ": in_features=", k,
               " does not fit a qweight packed with Kp=", kp, " in groups of ", group);
+  TORCH_CHECK(group % spec.group_multiple == 0, "sglang_rvv_native::", op, ": group size ", group,
+              " is not a multiple of ", spec.group_multiple, "; pack the weight with a group size of 32, 64 or 128");
   check_input(input, k, op);
   check_out_features(n, blocks, op);
   const int64_t m = input_rows(input);
@@ -252,7 +266,7 @@ at::Tensor quantized_linear(const QuantSpec& spec, const at::Tensor& input, cons
                              bf16_bits_mut(out), m, k, n, group};  // all 32 lanes
   const QuantLinearKernel kernel = isa().*spec.kernel;
   for_blocks(args, blocks, [&](const QuantLinearArgs& part, int64_t begin, int64_t end) {
-    kernel(part, begin, end, thread_scratch(quant_scratch_floats(m)));
+    kernel(part, begin, end, thread_scratch(spec.scratch_floats(m, kp, group)));
   });
   return out;
 }
@@ -270,6 +284,13 @@ at::Tensor packed_int8_linear(const at::Tensor& input, const at::Tensor& qweight
 at::Tensor packed_int4_linear(const at::Tensor& input, const at::Tensor& qweight, const at::Tensor& scales, int64_t n,
                               int64_t k, int64_t version) {
   return quantized_linear(kInt4, input, qweight, scales, n, k, version);
+}
+std::tuple<at::Tensor, at::Tensor> pack_int4_a8_weight(const at::Tensor& weight, int64_t group, int64_t version) {
+  return pack_quantized(kInt4A8, weight, group, version);
+}
+at::Tensor packed_int4_a8_linear(const at::Tensor& input, const at::Tensor& qweight, const at::Tensor& scales,
+                                 int64_t n, int64_t k, int64_t version) {
+  return quantized_linear(kInt4A8, input, qweight, scales, n, k, version);
 }
 
 // --- the rest of a decode step -------------------------------------------------------------------
@@ -807,6 +828,9 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("pack_int4_weight(Tensor weight, int group, int layout_version) -> (Tensor, Tensor)");
   m.def("packed_int4_linear(Tensor input, Tensor qweight, Tensor scales, int out_features, int in_features, "
         "int layout_version) -> Tensor");
+  m.def("pack_int4_a8_weight(Tensor weight, int group, int layout_version) -> (Tensor, Tensor)");
+  m.def("packed_int4_a8_linear(Tensor input, Tensor qweight, Tensor scales, int out_features, int in_features, "
+        "int layout_version) -> Tensor");
   m.def("rmsnorm(Tensor input, Tensor weight, float eps) -> Tensor");
   m.def("fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()");
   m.def("qk_rmsnorm(Tensor(a!) q, Tensor(b!) k, Tensor q_weight, Tensor k_weight, float q_eps, float k_eps) -> ()");
@@ -845,6 +869,8 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("packed_int8_linear", &sglang_rvv::packed_int8_linear);
   m.impl("pack_int4_weight", &sglang_rvv::pack_int4_weight);
   m.impl("packed_int4_linear", &sglang_rvv::packed_int4_linear);
+  m.impl("pack_int4_a8_weight", &sglang_rvv::pack_int4_a8_weight);
+  m.impl("packed_int4_a8_linear", &sglang_rvv::packed_int4_a8_linear);
   m.impl("rmsnorm", &sglang_rvv::rmsnorm);
   m.impl("fused_add_rmsnorm", &sglang_rvv::fused_add_rmsnorm);
   m.impl("qk_rmsnorm", &sglang_rvv::qk_rmsnorm);

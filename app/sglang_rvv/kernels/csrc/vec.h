@@ -46,6 +46,22 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 // q of column k from the int4 nibble pair holding it (byte row k / 2: even k low, odd k high).
 static inline int int4_value(uint8_t pair, int64_t k) { return ((k & 1) ? pair >> 4 : pair & 0xF) - kInt4Offset; }
 
+// An activation group of the int8-activation kernels (kernels.h): d, and inv (0: every xq is 0),
+// from the group's largest |x| bits (sign cleared: for finite values the integer order is the
+// value order, so the max needs no FP compare) and whether it holds a NaN or an infinity.
+struct A8Group {
+  float d, inv;
+};
+static inline A8Group a8_group(uint16_t amax_bits, bool non_finite) {
+  if (non_finite) return {__builtin_nanf(""), 0.0f};
+  const float amax = bf16_to_f32(amax_bits);
+  if (amax == 0.0f) return {0.0f, 0.0f};
+  const float inv = 127.0f / amax;
+  if (inv > 3.40282347e38f) return {0.0f, 0.0f};  // amax below 127 / FLT_MAX: the group counts as 0
+  return {amax / 127.0f, inv};
+}
+static inline bool bf16_non_finite(uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u; }
+
 // layout.quantize_reference, for blocks [block_begin, block_end) of a finite BF16 [n, k] weight:
 // per row and group of `group` columns, scale = bf16(amax / qmax) (FP32 division), s = its
 // value, q = 0 if s == 0 else clamp(rne(w / s), qmin, qmax) (FP32 division, ties to even).

@@ -45,7 +45,7 @@ constexpr int kMaxDims = 4;
 constexpr int64_t kHoldGilWork = int64_t{1} << 23;
 const at::Tensor kUndefined;
 
-enum Kind : int { kBf16 = 0, kInt8 = 1, kInt4 = 2 };
+enum Kind : int { kBf16 = 0, kInt8 = 1, kInt4 = 2, kInt4A8 = 3 };  // entry.KINDS
 
 using Bf16Op = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, int64_t);
 using QuantOp = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, int64_t);
@@ -80,7 +80,10 @@ const c10::TypedOperatorHandle<QuantOp>& quant_op(Kind kind) {
   static const auto int4 = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("sglang_rvv_native::packed_int4_linear", "")
                                .typed<QuantOp>();
-  return kind == kInt8 ? int8 : int4;
+  static const auto int4_a8 = c10::Dispatcher::singleton()
+                                  .findSchemaOrThrow("sglang_rvv_native::packed_int4_a8_linear", "")
+                                  .typed<QuantOp>();
+  return kind == kInt8 ? int8 : kind == kInt4 ? int4 : int4_a8;
 }
 
 void destroy(Plan* plan) {
@@ -131,9 +134,9 @@ PyObject* make_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   const long kind = PyLong_AsLong(args[0]);
   if (PyErr_Occurred()) return nullptr;
   const int wanted = kind == kBf16 ? 1 : 2;
-  if (kind < kBf16 || kind > kInt4 || !is_tensor(args[1]) || !PyTuple_Check(args[2]) ||
+  if (kind < kBf16 || kind > kInt4A8 || !is_tensor(args[1]) || !PyTuple_Check(args[2]) ||
       PyTuple_GET_SIZE(args[2]) != wanted) {
-    PyErr_Format(PyExc_ValueError, "plan: kind %ld (0 bf16, 1 int8, 2 int4) takes a weight tensor and %d buffer "
+    PyErr_Format(PyExc_ValueError, "plan: kind %ld (0 bf16, 1 int8, 2 int4, 3 int4_a8) takes a weight tensor and %d buffer "
                  "names", kind, wanted);
     return nullptr;
   }
