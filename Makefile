@@ -41,7 +41,7 @@ help:
 	@echo "              sglang_rvv_build_image_archive)"
 	@echo "make up     - make image, then serve it with compose on 127.0.0.1:$(PORT); make down stops it"
 	@echo "              (REPLICAS=N: N appliances on their own CPUs behind the gateway, smg, on the same port;"
-	@echo "              WEIGHT_DTYPE=int8|int4: packed weights quantized at load, GROUP_SIZE=N, LM_HEAD_DTYPE=...)"
+	@echo "              WEIGHT_DTYPE=int8|int4|int4_a8: packed weights quantized at load, GROUP_SIZE=N, LM_HEAD_DTYPE=...)"
 	@echo "make provision INVENTORY=FILE - check a Banana Pi BPI-F3, install podman, tune it (Ansible)"
 	@echo "make build / deploy / reproduce INVENTORY=FILE - build the images on the board / serve them / benchmark there"
 	@echo "make gateway INVENTORY=FILE - the gateway (smg) on the inventory's gateway host, in front of every board that serves"

@@ -6,7 +6,7 @@
 #        (images/scripts/checkpoint.py) and tagged by a digest of its files
 #   make up [same variables] [PORT=30000] [REPLICAS=1]   compose up, wait until healthy, print a
 #        curl line; REPLICAS=N > 1: N appliances on their own CPUs behind the gateway (smg) on PORT
-#        [WEIGHT_DTYPE=bf16|int8|int4] [GROUP_SIZE=N] [LM_HEAD_DTYPE=...]: the packed weight layout,
+#        [WEIGHT_DTYPE=bf16|int8|int4|int4_a8] [GROUP_SIZE=N] [LM_HEAD_DTYPE=...]: the packed weight layout,
 #        quantized at load from the BF16 checkpoint (empty: the layout's defaults)
 #   make down
 #   make image-archive [same variables]     make image, then `podman save` the model (CACHE=warm: warm)

@@ -89,3 +89,23 @@ def build(out_dir: Path = OUT_DIR) -> Path:
         staged_entry.replace(out_dir / ENTRY_NAME)
         manifest.write_text(want)
     return lib
+
+
+def serve_as_rvv_provider() -> Path:
+    """Make this fresh process's policy run the twins as the ``rvv`` provider: the RVV kernels'
+    results bit for bit (the twin contract), on x86. Call it before anything asks for a provider
+    (sglang_rvv.kernels.chosen is asked once per process); the native entry beside the library is
+    the host build's too. Returns the library."""
+    import os
+
+    lib = build()
+    os.environ["SGLANG_RVV_KERNELS_LIB"] = str(lib)
+    torch.ops.load_library(str(lib))
+    from sglang_rvv.kernels import chosen, rvv
+
+    rvv.status = lambda: (True, f"the kernels' scalar twins, built for this host: {lib}")
+    rvv._register_fakes()
+    provider, why = chosen()
+    if provider is not rvv:
+        raise RuntimeError(f"the twins were not chosen as the rvv provider: {why}")
+    return lib
