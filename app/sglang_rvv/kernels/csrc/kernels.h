@@ -72,7 +72,7 @@ struct QuantLinearArgs {
 
 // Floats of scratch one call of a linear kernel needs for m rows: the FP32 widening of the
 // rows' current K panel, and the accumulators of kGroupBlocks blocks (quantized: and their
-// group sums). The twins need none.
+// group sums). The weight-only twins need none.
 static inline int64_t linear_scratch_floats(int64_t m) { return m * kPanelK + kGroupBlocks * m * kBlockN; }
 static inline int64_t quant_scratch_floats(int64_t m) { return m * kPanelK + 2 * kGroupBlocks * m * kBlockN; }
 // The int8-activation kernel's scratch: the rows' quantized values (m * kp int8), then per row and
