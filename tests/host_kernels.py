@@ -91,6 +91,18 @@ def build(out_dir: Path = OUT_DIR) -> Path:
     return lib
 
 
+def ops():
+    """``torch.ops.sglang_rvv_native`` with this host's library loaded (once a process)."""
+    if not hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
+        torch.ops.load_library(str(build()))
+    return torch.ops.sglang_rvv_native
+
+
+def bf16_randn(*shape: int, seed: int) -> torch.Tensor:
+    """Seeded normal values, rounded to bfloat16: the kernel tests' inputs."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
 def serve_as_rvv_provider() -> Path:
     """Make this fresh process's policy run the twins as the ``rvv`` provider: the RVV kernels'
     results bit for bit (the twin contract), on x86. Call it before anything asks for a provider

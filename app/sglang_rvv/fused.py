@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import hf_cache, recompile
+from . import hf_cache, hf_step, recompile
 from .direct_call import direct_class
 from .kernels import chosen
 from .kernels.rvv import native_op
@@ -44,7 +44,7 @@ from .kernels.rvv import native_op
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "qk_rmsnorm", "silu_mul", "silu_and_mul", "rotary_neox", "rotary_neox_at",
               "decode_attention", "decode_attention_paged", "residual_add", "top1", "widen", "store_kv",
-              "append_rows", "try_fused_add_rmsnorm", "try_qk_rmsnorm", "try_rotary_neox_at",
+              "append_rows", "attention_step", "try_fused_add_rmsnorm", "try_qk_rmsnorm", "try_rotary_neox_at",
               "try_decode_attention_paged", "try_store_kv")
 # In a module's __dict__: (the attribute given a fused forward, what that attribute held before).
 MARK_ATTR = "_sglang_rvv_fused"
@@ -443,7 +443,8 @@ def _hf_sampling_class(cls: type) -> type | None:
 def install_hf(model: torch.nn.Module) -> Counter:
     """transformers' hook: its RMSNorm, SiLU-gated MLP and attention modules (rotary embedding and
     decode attention, and a KV cache layer that grows in place: ``kv_cache``) and decoder layers
-    (their residual adds) of the supported architectures, and the model's greedy sampling
+    (their residual adds, and their decode steps in one frame: ``layer_step``, :mod:`.hf_step`) of
+    the supported architectures, and the model's greedy sampling
     (``GenerationMixin._sample``'s ``torch.argmax``, checked against transformers 5.12) as the top-1."""
     given: Counter = Counter()
     sampling = _hf_sampling_class(type(model))
@@ -467,6 +468,8 @@ def install_hf(model: torch.nn.Module) -> Counter:
             given["silu_mul"] += 1
         elif (name in HF_DECODER_LAYERS
               and (layer := _hf_layer_forward(type(module), recompile.child_names(module))) is not None):
-            give_forward(module, layer)
+            # Its decode steps in one frame where every module under it took the kernels (hf_step).
+            give_forward(module, hf_step.bound(layer, MARK_ATTR))
             given["residual_add"] += 1
+            given["layer_step"] += 1
     return given

@@ -17,6 +17,7 @@ kernel library's ``append_rows`` (the policy grows a layer only where that libra
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -54,9 +55,9 @@ def appended(layer: object, name: str, old: torch.Tensor, new: torch.Tensor) -> 
 
 
 @functools.cache
-def _classes() -> tuple[type, type]:
-    """(transformers' DynamicLayer, its growing subclass)."""
-    from transformers.cache_utils import DynamicLayer
+def _classes() -> tuple[type, type, Callable]:
+    """(transformers' DynamicLayer, its growing subclass, the base ``Cache.update``)."""
+    from transformers.cache_utils import Cache, DynamicLayer
 
     class GrowingLayer(DynamicLayer):
         """A DynamicLayer whose update appends in place (the module's docstring); otherwise the same."""
@@ -68,7 +69,43 @@ def _classes() -> tuple[type, type]:
             self.values = appended(self, "values", self.values, value_states)
             return self.keys, self.values
 
-    return DynamicLayer, GrowingLayer
+    return DynamicLayer, GrowingLayer, Cache.update
+
+
+def step_buffers(cache: object, index: int, batch: int, head_dim: int) -> tuple | None:
+    """Where a decode step of one row for layer ``index`` of a transformers cache goes in place:
+    ``(layer, key buffer, value buffer, length)`` when the cache is one whose update is the base
+    ``Cache.update`` (no offloading) and the layer a growing one (:func:`grow`) whose keys and values
+    are the views it returned last, [batch, heads, length, head_dim] of buffers with room for one
+    more row: what :func:`appended` would then write in place. None otherwise."""
+    _, growing, base_update = _classes()
+    if type(cache).update is not base_update or cache.offloading:
+        return None
+    layers = cache.layers
+    if not 0 <= index < len(layers):
+        return None
+    layer = layers[index]
+    if type(layer) is not growing:
+        return None
+    held_keys, held_values = layer.__dict__.get(_HELD["keys"]), layer.__dict__.get(_HELD["values"])
+    if held_keys is None or held_values is None or held_keys[1] is not layer.keys or held_values[1] is not layer.values:
+        return None
+    keys, values = held_keys[0], held_values[0]
+    length = layer.keys.shape[2]
+    if not (keys.dtype is torch.bfloat16 and values.dtype is torch.bfloat16 and keys.shape == values.shape
+            and keys.shape[0] == batch and keys.shape[3] == head_dim and layer.values.shape[2] == length
+            and length < keys.shape[2]):
+        return None
+    return layer, keys, values, length
+
+
+def stepped(layer: object, key_buffer: torch.Tensor, keys: torch.Tensor, value_buffer: torch.Tensor,
+            values: torch.Tensor) -> None:
+    """Record a step that :func:`step_buffers` found room for: the layer's keys and values are now
+    these views of its buffers, as :func:`appended` leaves them."""
+    layer.keys, layer.values = keys, values
+    layer.__dict__[_HELD["keys"]] = (key_buffer, keys)
+    layer.__dict__[_HELD["values"]] = (value_buffer, values)
 
 
 def grow(cache: object, index: int) -> None:
@@ -76,6 +113,6 @@ def grow(cache: object, index: int) -> None:
     (not a sliding window, a static or an offloaded layer: those keep their own update)."""
     layers = getattr(cache, "layers", None)
     if layers is not None and 0 <= index < len(layers):
-        dynamic, growing = _classes()
+        dynamic, growing, _ = _classes()
         if type(layers[index]) is dynamic:
             layers[index].__class__ = growing

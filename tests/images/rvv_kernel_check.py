@@ -373,7 +373,39 @@ def check_fused_hf() -> dict:
             results[on] = (report, model(prompt).logits)
     (off_report, off), (on_report, on) = results[False], results[True]
     return {"fused_ops": on_report.fused_ops, "fused_reason": on_report.fused_reason, "off_fused": off_report.fused_ops,
-            "logits_sqnr_db": round(sqnr_db(on, off), 1)}
+            "logits_sqnr_db": round(sqnr_db(on, off), 1), **_layer_steps(model, prompt)}
+
+
+def _layer_steps(model, prompt) -> dict:
+    """Three decode steps after the prompt, by the decoder layers' one-frame step (attention_step)
+    and by their modules one by one (the step turned off): the same bits, and how many layer calls
+    took the step (tests/integration/test_hf_step.py on x86)."""
+    from sglang_rvv import hf_step
+
+    original, taken = hf_step._step, []
+
+    def decode(step) -> torch.Tensor:
+        hf_step._step = step
+        try:
+            with torch.inference_mode():
+                out = model(prompt, use_cache=True)
+                logits = []
+                for _ in range(3):
+                    out = model(out.logits[:, -1:].argmax(-1), past_key_values=out.past_key_values, use_cache=True)
+                    logits.append(out.logits)
+            return torch.cat(logits, dim=1)
+        finally:
+            hf_step._step = original
+
+    def counting(*args):
+        found = original(*args)
+        taken.append(found is not None)
+        return found
+
+    stepped = decode(counting)
+    by_modules = decode(lambda *args: None)
+    return {"layer_step_bits_equal": torch.equal(stepped.view(torch.int16), by_modules.view(torch.int16)),
+            "layer_steps_taken": sum(taken)}
 
 
 def check_native_entry() -> dict:

@@ -94,7 +94,8 @@ def test_the_fused_kernels_keep_its_greedy_answer(default_checkpoint):
     as_built = greedy()
     layers = model.config.num_hidden_layers
     assert fused.install_hf(model) == {"attention": layers, "rmsnorm": 2 * layers + 1, "rotary": layers,
-                                       "silu_mul": layers, "top1": 1, "kv_cache": layers, "residual_add": layers}
+                                       "silu_mul": layers, "top1": 1, "kv_cache": layers, "residual_add": layers,
+                                       "layer_step": layers}
     with_kernels = greedy()
     answer = tokenizer.decode(with_kernels, skip_special_tokens=True)
     print(f"greedy answer with the fused kernels: {answer!r}")

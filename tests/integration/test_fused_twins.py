@@ -18,19 +18,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_rvv import fused, tiny
+from sglang_rvv import fused, hf_step, tiny
 from sglang_rvv.direct_call import DirectCall
 
 
 @pytest.fixture(scope="module")
 def native():
-    if not hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
-        torch.ops.load_library(str(host_kernels.build()))
-    return torch.ops.sglang_rvv_native
+    return host_kernels.ops()
 
 
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+_randn = host_kernels.bf16_randn
 
 
 def _sqnr_db(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -601,7 +598,10 @@ def _logits(model, prompt):
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatch):
     """The logits agree within the kernels' roundings (a random tiny model's near-tied logits may
-    swap a greedy token: the same-tokens check is on the real default model, test_default_model.py)."""
+    swap a greedy token: the same-tokens check is on the real default model, test_default_model.py).
+    Each module's kernel is watched here, so the decode step goes through the modules, not the
+    layer's one-frame step (the same kernels: tests/integration/test_hf_step.py)."""
+    monkeypatch.setattr(hf_step, "_step", lambda *args: None)
     model = tiny.build_model(arch, seed=0)
     prompt = torch.randint(0, model.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(2))
     as_built = _logits(model, prompt)
@@ -618,7 +618,7 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     layers = model.config.num_hidden_layers
     norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
     assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers, "top1": 1,
-                     "kv_cache": layers, "residual_add": layers}
+                     "kv_cache": layers, "residual_add": layers, "layer_step": layers}
     assert _sqnr_db(_logits(model, prompt), as_built) > 30
     # The prefill's attention (6 queries) is transformers' own; the decode step's runs the kernel.
     heads, d = model.config.num_attention_heads, model.config.head_dim

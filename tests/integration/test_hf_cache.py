@@ -14,9 +14,7 @@ from sglang_rvv import fused, hf_cache, recompile, tiny
 
 @pytest.fixture(scope="module", autouse=True)
 def native():
-    if not hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
-        torch.ops.load_library(str(host_kernels.build()))
-    return torch.ops.sglang_rvv_native
+    return host_kernels.ops()
 
 
 def _steps(n: int, seed: int, rows: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -35,14 +35,12 @@ LARGE = [(2048, 2048, 1), (1000, 333, 17), (96, 4096, 5)]  # N, K, M: several K 
 
 @pytest.fixture(scope="module")
 def native():
-    if not hasattr(torch.ops.sglang_rvv_native, "kernel_isa"):
-        torch.ops.load_library(str(host_kernels.build()))
-    assert torch.ops.sglang_rvv_native.kernel_isa() == "generic"  # off riscv64 the twins are the only choice
-    return torch.ops.sglang_rvv_native
+    ops = host_kernels.ops()
+    assert ops.kernel_isa() == "generic"  # off riscv64 the twins are the only choice
+    return ops
 
 
-def _randn(*shape: int, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+_randn = host_kernels.bf16_randn
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -816,6 +817,53 @@ at::Tensor append_rows(at::Tensor& buffer, const at::Tensor& rows, int64_t start
   return buffer.narrow(2, 0, start + n);
 }
 
+// transformers' attention of one decode step after its projections, in one call (sglang_rvv.hf_step):
+// q [batch, 1, q_heads * d] and k, v [batch, 1, kv_heads * d], the projections' contiguous rows;
+// each head of q and k RMS-normalised by q_weight and k_weight (Qwen3's q_norm and k_norm; none
+// given: not normalised), both rotated neox style by cos and sin [batch or 1, 1, d], k and v
+// appended as row `length` of key_buffer and value_buffer [batch, kv_heads, capacity, d], and the
+// decode attention of q over rows 0..length. Returns (the attention [batch, 1, q_heads * d], the
+// keys and the values: the buffers' first length + 1 rows). rmsnorm, rotary_neox, append_rows and
+// decode_attention in transformers' order on the same views, so the same bits as those ops called
+// one by one, without the eleven views and Python frames between them (per layer per token).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_step(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& q_weight,
+    const std::optional<at::Tensor>& k_weight, double q_eps, double k_eps, const at::Tensor& cos,
+    const at::Tensor& sin, at::Tensor& key_buffer, at::Tensor& value_buffer, int64_t length, double scale) {
+  TORCH_CHECK(key_buffer.dim() == 4 && value_buffer.sizes() == key_buffer.sizes() && key_buffer.size(3) > 0,
+              "sglang_rvv_native::attention_step expects key and value buffers [batch, kv_heads, capacity, d] of "
+              "one shape, got ", key_buffer.sizes(), " and ", value_buffer.sizes());
+  const int64_t batch = key_buffer.size(0), kv_heads = key_buffer.size(1), d = key_buffer.size(3);
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->dim() == 3 && t->size(0) == batch && t->size(1) == 1 &&
+                    t->size(2) % d == 0 && t->is_contiguous(),
+                "sglang_rvv_native::attention_step expects contiguous bfloat16 q, k and v [", batch,
+                ", 1, heads * ", d, "], got ", t->scalar_type(), " ", t->sizes(), " strides ", t->strides());
+  }
+  TORCH_CHECK(k.size(2) == kv_heads * d && v.size(2) == kv_heads * d && q.size(2) > 0,
+              "sglang_rvv_native::attention_step expects k and v of the buffers' ", kv_heads, " heads of ", d,
+              ", got ", k.sizes(), " and ", v.sizes());
+  const int64_t q_heads = q.size(2) / d;
+  // [batch, heads, 1, d] views of rows [batch, 1, heads * d]: transformers' view(...).transpose(1, 2).
+  const auto heads_view = [batch, d](const at::Tensor& rows, int64_t heads) {
+    return rows.view({batch, 1, heads, d}).transpose(1, 2);
+  };
+  const auto normed = [&](const at::Tensor& rows, int64_t heads, const std::optional<at::Tensor>& weight,
+                          double eps) {
+    at::Tensor per_head = rows.view({batch, 1, heads, d});
+    if (!weight.has_value()) return per_head.transpose(1, 2);
+    TORCH_CHECK(weight->dim() == 1 && weight->size(0) == d, "sglang_rvv_native::attention_step expects norm "
+                "weights of the head dim ", d, ", got ", weight->sizes());
+    return rmsnorm(per_head, *weight, eps).transpose(1, 2);
+  };
+  auto [q_rot, k_rot] = rotary_neox(normed(q, q_heads, q_weight, q_eps), normed(k, kv_heads, k_weight, k_eps), cos,
+                                    sin);
+  at::Tensor keys = append_rows(key_buffer, k_rot, length);
+  at::Tensor values = append_rows(value_buffer, heads_view(v, kv_heads), length);
+  at::Tensor out = decode_attention(q_rot, keys, values, scale);
+  return {out.view({batch, 1, q_heads * d}), keys, values};
+}
+
 }  // namespace
 }  // namespace sglang_rvv
 
@@ -846,6 +894,9 @@ TORCH_LIBRARY(sglang_rvv_native, m) {
   m.def("residual_add(Tensor a, Tensor b) -> Tensor");
   m.def("store_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc) -> ()");
   m.def("append_rows(Tensor(a!) buffer, Tensor rows, int start) -> Tensor(a!)");
+  m.def("attention_step(Tensor q, Tensor k, Tensor v, Tensor? q_weight, Tensor? k_weight, float q_eps, "
+        "float k_eps, Tensor cos, Tensor sin, Tensor(a!) key_buffer, Tensor(b!) value_buffer, int length, "
+        "float scale) -> (Tensor, Tensor(a!), Tensor(b!))");
   // SGLang's hooks' calls: defined with their kernels (CompositeImplicitAutograd), as they take
   // tensors of any device and autograd state and refuse those the ops may not (eager_cpu).
   m.def("try_fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> bool",
@@ -885,4 +936,5 @@ TORCH_LIBRARY_IMPL(sglang_rvv_native, CPU, m) {
   m.impl("residual_add", &sglang_rvv::residual_add);
   m.impl("store_kv", &sglang_rvv::store_kv);
   m.impl("append_rows", &sglang_rvv::append_rows);
+  m.impl("attention_step", &sglang_rvv::attention_step);
 }

@@ -1,0 +1,137 @@
+"""A transformers decoder layer's decode step in one Python frame.
+
+With the fused kernels a Qwen3-0.6B decode step is still about 18 M instructions outside the kernel
+library under emulation, 11 M of them the interpreter's: per layer about 140 Python-level calls
+(the layer's, the attention's, the norms' and the MLP's forwards, the kernels' checks, the cache
+update) and a dozen torch views between the kernels. A step whose every module would take the
+fused kernels anyway (:mod:`.fused`) runs here as the same kernels in the same order, so the same
+bits: the input norm, the q/k/v projections (their own calls: route, memo, source check), one
+``attention_step`` (the QK norm, the rotary embedding, the append to the cache and the decode
+attention), the o projection, the residual add, the post-attention norm, the gate and up
+projections, SiLU x mul, the down projection and the second residual add.
+
+Anything else runs the layer's own forward (transformers' code, with the fused kernels wherever they
+cover it): a prefill or any step of more than one token, a mask, training, grad, hooks on a module
+whose forward this skips, a module the policy did not give a fused forward, a norm weight the norm
+kernel would not take, an attention implementation other than sdpa or eager, a sliding window, a
+cache that is not a plain growing one with room for the row (:mod:`.hf_cache`), an argument this
+does not know.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch.nn.modules import module as _nn_module
+
+from . import hf_cache
+from .kernels.rvv import native_op
+
+# The layer's keyword arguments this step knows (transformers 5.12's decoder layers and what
+# generate passes them); any other one goes to the layer's own forward.
+KNOWN_ARGS = frozenset(("attention_mask", "position_ids", "past_key_values", "use_cache", "position_embeddings",
+                        "cache_position"))
+_PLAIN_ATTENTION = frozenset(("sdpa", "eager"))  # fused._HF_PLAIN_ATTENTION
+_BF16 = torch.bfloat16
+_config_attribute = object.__getattribute__
+
+
+def _norm_weight(norm: torch.nn.Module, size: int) -> torch.Tensor | None:
+    """The weight the norm kernel would take for rows of ``size`` (fused.servable's terms), else None."""
+    weight = norm._parameters.get("weight")
+    if (weight is not None and weight.dtype is _BF16 and weight.dim() == 1 and weight.shape[0] == size
+            and weight.is_contiguous()):
+        return weight
+    return None
+
+
+def layer_forward(layer_forward_of_class: Callable, mark: str) -> Callable:
+    """A decoder layer's forward that takes the one-frame step where it can (the module's docstring)
+    and otherwise calls ``layer_forward_of_class`` (the layer's forward with the fused kernels);
+    ``mark`` is the attribute :func:`fused.give_forward` leaves in a module it gave a forward."""
+    attention_step = native_op("attention_step")
+    rmsnorm, residual_add, silu_mul = native_op("rmsnorm"), native_op("residual_add"), native_op("silu_mul")
+
+    def forward(self, hidden_states, *args, **kwargs):
+        step = None if args else _step(self, hidden_states, kwargs, mark)
+        if step is None:
+            return layer_forward_of_class(self, hidden_states, *args, **kwargs)
+        (attn, mlp, in_weight, in_eps, post_weight, post_eps, q_weight, q_eps, k_weight, k_eps,
+         cos, sin, cache_layer, key_buffer, value_buffer, length) = step
+        parts, projections = attn._modules, mlp._modules
+        x = rmsnorm(hidden_states, in_weight, in_eps)
+        out, keys, values = attention_step(parts["q_proj"](x), parts["k_proj"](x), parts["v_proj"](x), q_weight,
+                                           k_weight, q_eps, k_eps, cos, sin, key_buffer, value_buffer, length,
+                                           attn.scaling)
+        hf_cache.stepped(cache_layer, key_buffer, keys, value_buffer, values)
+        hidden_states = residual_add(hidden_states, parts["o_proj"](out))
+        x = rmsnorm(hidden_states, post_weight, post_eps)
+        x = projections["down_proj"](silu_mul(projections["gate_proj"](x), projections["up_proj"](x)))
+        return residual_add(hidden_states, x)
+
+    return forward
+
+
+def _step(layer, hidden_states, kwargs, mark):
+    """What the one-frame step needs, or None where the layer's own forward must run."""
+    if not (kwargs.keys() <= KNOWN_ARGS and kwargs.get("attention_mask") is None and not torch.is_grad_enabled()
+            and hidden_states.dtype is _BF16 and hidden_states.dim() == 3 and hidden_states.shape[1] == 1
+            and hidden_states.is_cpu and hidden_states.is_contiguous() and not layer.training
+            and not (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
+                     or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks)):
+        return None
+    children = layer._modules
+    attn, mlp = children.get("self_attn"), children.get("mlp")
+    in_norm, post_norm = children.get("input_layernorm"), children.get("post_attention_layernorm")
+    if attn is None or mlp is None or in_norm is None or post_norm is None:
+        return None
+    parts = attn._modules
+    q_norm, k_norm = parts.get("q_norm"), parts.get("k_norm")
+    if (q_norm is None) != (k_norm is None) or attn.training or attn.__dict__.get("sliding_window") is not None:
+        return None
+    # The config's attention implementation as its property reads it, without PretrainedConfig's
+    # Python __getattribute__ and the property's frame (three calls a layer); a transformers that
+    # keeps it elsewhere reads None here and takes the layer's own forward.
+    if _config_attribute(attn.config, "__dict__").get("_attn_implementation_internal") not in _PLAIN_ATTENTION:
+        return None
+    # The modules whose work this runs without calling them: each must hold the policy's fused
+    # forward (``mark``) and have no hook and no module.compile().
+    for module in (attn, mlp, in_norm, post_norm, q_norm, k_norm):
+        if module is None:  # no QK norm (Llama, Qwen2)
+            break
+        if (mark not in module.__dict__ or module._forward_hooks or module._forward_pre_hooks
+                or module._backward_hooks or module._backward_pre_hooks or module._compiled_call_impl is not None):
+            return None
+    hidden = hidden_states.shape[2]
+    in_weight, post_weight = _norm_weight(in_norm, hidden), _norm_weight(post_norm, hidden)
+    if in_weight is None or post_weight is None:
+        return None
+    head_dim = attn.head_dim
+    q_weight = k_weight = None
+    q_eps = k_eps = 0.0
+    if q_norm is not None:
+        q_weight, k_weight = _norm_weight(q_norm, head_dim), _norm_weight(k_norm, head_dim)
+        if q_weight is None or k_weight is None:
+            return None
+        q_eps, k_eps = q_norm.variance_epsilon, k_norm.variance_epsilon
+    cos, sin = kwargs.get("position_embeddings") or (None, None)
+    if not (cos is not None and cos.dtype is _BF16 and sin.dtype is _BF16 and cos.dim() == 3
+            and cos.shape[1] == 1 and cos.shape[2] == head_dim and cos.shape[0] in (1, hidden_states.shape[0])
+            and sin.shape == cos.shape and sin.stride() == cos.stride() and cos.stride(2) == 1):
+        return None
+    cache = kwargs.get("past_key_values")
+    if cache is None:
+        return None
+    found = hf_cache.step_buffers(cache, attn.layer_idx, hidden_states.shape[0], head_dim)
+    if found is None:
+        return None
+    return (attn, mlp, in_weight, in_norm.variance_epsilon, post_weight, post_norm.variance_epsilon, q_weight, q_eps,
+            k_weight, k_eps, cos, sin, *found)
+
+
+@functools.cache
+def bound(layer_forward_of_class: Callable, mark: str) -> Callable:
+    """:func:`layer_forward`, one per class's forward."""
+    return layer_forward(layer_forward_of_class, mark)

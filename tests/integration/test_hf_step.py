@@ -1,0 +1,193 @@
+"""A transformers decoder layer's decode step in one frame (sglang_rvv.hf_step) and its op,
+``attention_step``, on the kernel library's build for this host: the same bits as the fused
+kernels called one by one through transformers' own code, and that code wherever a step is not
+one the frame covers."""
+
+from __future__ import annotations
+
+import contextlib
+
+import host_kernels
+import pytest
+import torch
+
+from sglang_rvv import fused, hf_cache, hf_step, tiny
+
+
+@pytest.fixture(scope="module", autouse=True)
+def native():
+    return host_kernels.ops()
+
+
+_randn = host_kernels.bf16_randn
+
+
+@pytest.mark.parametrize("batch,q_heads,kv_heads,d,length,normed,table_batch", [
+    (1, 16, 8, 128, 5, True, 1),   # Qwen3-0.6B's attention
+    (1, 9, 3, 64, 0, False, 1),    # SmolLM2-135M's, at the first key
+    (2, 4, 4, 8, 3, True, 2),      # a batch with a table per row
+    (2, 6, 2, 16, 7, False, 1),    # a batch sharing one table, the last row of the buffer
+])
+def test_attention_step_is_the_ops_one_by_one(native, batch, q_heads, kv_heads, d, length, normed, table_batch):
+    """QK norm, rotary, the two appends and the decode attention as transformers' route calls them,
+    bit for bit; the buffers change only in row ``length``."""
+    q, k, v = (_randn(batch, 1, h * d, seed=s) for s, h in ((1, q_heads), (2, kv_heads), (3, kv_heads)))
+    q_weight, k_weight = (_randn(d, seed=4), _randn(d, seed=5)) if normed else (None, None)
+    cos, sin = _randn(table_batch, 1, d, seed=6), _randn(table_batch, 1, d, seed=7)
+    capacity = length + 1
+    keys0, values0 = _randn(batch, kv_heads, capacity, d, seed=8), _randn(batch, kv_heads, capacity, d, seed=9)
+    key_buffer, value_buffer = keys0.clone(), values0.clone()
+
+    def heads(rows, n):
+        return rows.view(batch, 1, n, d)
+
+    qn = native.rmsnorm(heads(q, q_heads), q_weight, 1e-6) if normed else heads(q, q_heads)
+    kn = native.rmsnorm(heads(k, kv_heads), k_weight, 1e-5) if normed else heads(k, kv_heads)
+    q_rot, k_rot = native.rotary_neox(qn.transpose(1, 2), kn.transpose(1, 2), cos, sin)
+    want_keys, want_values = keys0.clone(), values0.clone()
+    want_keys[:, :, length] = k_rot[:, :, 0]
+    want_values[:, :, length] = heads(v, kv_heads)[:, 0]
+    want = native.decode_attention(q_rot, want_keys[:, :, :capacity], want_values[:, :, :capacity], 0.125)
+
+    out, keys, values = native.attention_step(q, k, v, q_weight, k_weight, 1e-6, 1e-5, cos, sin, key_buffer,
+                                              value_buffer, length, 0.125)
+    assert out.shape == (batch, 1, q_heads * d) and torch.equal(out, want.reshape(batch, 1, -1))
+    assert torch.equal(key_buffer, want_keys) and torch.equal(value_buffer, want_values)
+    assert keys.shape == (batch, kv_heads, length + 1, d) and keys.data_ptr() == key_buffer.data_ptr()
+    assert values.shape == keys.shape and values.data_ptr() == value_buffer.data_ptr()
+
+
+def _step_call(**changes):
+    q, k, v = _randn(1, 1, 32, seed=1), _randn(1, 1, 16, seed=2), _randn(1, 1, 16, seed=3)
+    args = dict(q=q, k=k, v=v, q_weight=None, k_weight=None, q_eps=1e-6, k_eps=1e-6, cos=_randn(1, 1, 8, seed=4),
+                sin=_randn(1, 1, 8, seed=5), key_buffer=_randn(1, 2, 4, 8, seed=6),
+                value_buffer=_randn(1, 2, 4, 8, seed=7), length=2, scale=1.0)
+    args.update(changes)
+    return lambda n: n.attention_step(*args.values())
+
+
+@pytest.mark.parametrize("call,message", [
+    (_step_call(value_buffer=_randn(1, 2, 5, 8, seed=0)), "value buffers .batch, kv_heads, capacity, d. of one"),
+    (_step_call(q=_randn(1, 1, 36, seed=0)), r"contiguous bfloat16 q, k and v \[1, 1, heads \* 8\]"),
+    (_step_call(k=_randn(1, 2, 16, seed=0)), r"q, k and v \[1, 1, heads \* 8\], got BFloat16 \[1, 2, 16\]"),
+    (_step_call(k=_randn(1, 1, 24, seed=0), v=_randn(1, 1, 24, seed=0)), "k and v of the buffers' 2 heads of 8"),
+    (_step_call(q_weight=_randn(4, seed=0), k_weight=_randn(4, seed=0)), "norm weights of the head dim 8"),
+    (_step_call(length=4), "rows 4 to 5 do not fit the buffer's 4"),
+    (_step_call(cos=_randn(1, 1, 3, seed=0), sin=_randn(1, 1, 3, seed=0)), r"cos of shape \[batch, seq"),
+], ids=["buffers", "part head", "two rows", "kv heads", "norm size", "full", "short table"])
+def test_attention_step_refuses_a_bad_call_by_name(native, call, message):
+    with pytest.raises(RuntimeError, match=message):
+        call(native)
+
+
+@contextlib.contextmanager
+def _watched():
+    """Yields a list that gets, for each decoder layer call, whether it took the one-frame step."""
+    taken, original = [], hf_step._step
+
+    def counting(*args):
+        found = original(*args)
+        taken.append(found is not None)
+        return found
+
+    hf_step._step = counting
+    try:
+        yield taken
+    finally:
+        hf_step._step = original
+
+
+def _decode(model, steps: int, prompt_len: int = 7):
+    """The logits of ``steps`` greedy decode steps after a prefill, and for each layer call whether
+    it took the one-frame step."""
+    prompt = torch.randint(0, model.config.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(2))
+    logits = []
+    with _watched() as taken, torch.inference_mode():
+        out = model(prompt, use_cache=True)
+        for _ in range(steps):
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            out = model(token, past_key_values=out.past_key_values, use_cache=True)
+            logits.append(out.logits)
+    return torch.cat(logits, dim=1), taken
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen2"])
+def test_a_layers_decode_steps_are_the_fused_modules_bits(arch, monkeypatch):
+    """Twelve steps, two of them past the grown cache's room (the layer's own forward moves it),
+    give the logits of the same kernels called one by one through transformers' code, bit for bit."""
+    monkeypatch.setattr(hf_cache, "SPARE_MIN", 4)
+    steps = 12
+    stepped = tiny.build_model(arch, seed=0)
+    assert fused.install_hf(stepped)["layer_step"] == stepped.config.num_hidden_layers
+    by_modules = tiny.build_model(arch, seed=0)
+    fused.install_hf(by_modules)
+    ours, taken = _decode(stepped, steps)
+    monkeypatch.setattr(hf_step, "_step", lambda *args: None)
+    theirs, _ = _decode(by_modules, steps)
+    assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16))
+    layers = stepped.config.num_hidden_layers
+    # Each layer's own forward runs the prefill, and the steps with no room: step 5 (7 prompt rows
+    # and 4 spare) and step 10 (12 rows moved, and 4 spare).
+    assert len(taken) == layers * (steps + 1)
+    assert [i for i, took in enumerate(taken[::layers]) if not took] == [0, 5, 10]
+    assert taken.count(False) == 3 * layers
+
+
+def _one_step(model, grad: bool = False, **kwargs) -> bool:
+    """Whether one decode step after a prefill took the one-frame step in every layer."""
+    prompt = torch.randint(0, model.config.vocab_size, (1, 4), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode(not grad), torch.set_grad_enabled(grad):
+        out = model(prompt, use_cache=True)
+        with _watched() as taken:
+            model(prompt[:, -1:], past_key_values=out.past_key_values, use_cache=True, **kwargs)
+    return bool(taken) and all(taken)
+
+
+def _hooked(part: str):
+    def change(model):
+        model.get_submodule(f"model.layers.0.{part}").register_forward_hook(lambda *args: None)
+    return change
+
+
+def _strided_norm(model):
+    norm = model.model.layers[1].post_attention_layernorm
+    norm.weight = torch.nn.Parameter(torch.stack([norm.weight, norm.weight], 1)[:, 0], requires_grad=False)
+
+
+@pytest.mark.parametrize("change", [
+    _hooked("self_attn.q_norm"), _hooked("mlp"), _hooked("input_layernorm"), _strided_norm,
+    lambda model: setattr(model.model.layers[0].self_attn, "sliding_window", 4),
+    lambda model: fused.take_back(model.model.layers[0].self_attn.k_norm),
+], ids=["hooked q_norm", "hooked mlp", "hooked norm", "strided norm", "sliding window", "k_norm taken back"])
+def test_a_step_the_frame_does_not_cover_runs_the_layers_own_forward(change):
+    """A hook on a module the frame would not call, a norm the kernel would not take, a sliding
+    window, a module without the policy's forward: that layer runs transformers' code."""
+    model = tiny.build_model("qwen3", seed=0)
+    fused.install_hf(model)
+    assert _one_step(model)
+    change(model)
+    assert not _one_step(model)
+
+
+def test_a_mask_grad_or_an_unknown_argument_runs_the_layers_own_forward():
+    model = tiny.build_model("qwen3", seed=0)
+    fused.install_hf(model)
+    assert not _one_step(model, grad=True)  # autograd records
+    assert not _one_step(model, output_attentions=True)  # transformers installs capturing hooks
+    model = tiny.build_model("qwen3", seed=0)
+    fused.install_hf(model)
+    prompt = torch.randint(0, model.config.vocab_size, (1, 4), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        out = model(prompt, use_cache=True)
+        layer = model.model.layers[0]
+        cos_sin = model.model.rotary_emb(out.logits.new_zeros(1, 1, 1), torch.tensor([[4]]))
+        hidden = _randn(1, 1, model.config.hidden_size, seed=1)
+        for kwargs in ({"attention_mask": torch.zeros(1, 1, 1, 5, dtype=torch.bfloat16)}, {"softcap": 1.0}):
+            assert hf_step._step(layer, hidden, {"position_embeddings": cos_sin, "past_key_values":
+                                                 out.past_key_values, **kwargs}, fused.MARK_ATTR) is None
+        assert hf_step._step(layer, hidden, {"position_embeddings": cos_sin, "past_key_values": out.past_key_values},
+                             fused.MARK_ATTR) is not None
+        # The cache's keys replaced (a crop, a reorder): the layer's own update moves them first.
+        out.past_key_values.layers[0].keys = out.past_key_values.layers[0].keys.clone()
+        assert hf_step._step(layer, hidden, {"position_embeddings": cos_sin, "past_key_values": out.past_key_values},
+                             fused.MARK_ATTR) is None
