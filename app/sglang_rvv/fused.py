@@ -39,7 +39,7 @@ import torch
 from . import hf_cache, hf_step, recompile
 from .direct_call import direct_class
 from .kernels import chosen
-from .kernels.rvv import native_op
+from .kernels.rvv import native_entry, native_op
 
 ENV_VAR = "SGLANG_RVV_FUSED_OPS"
 NATIVE_OPS = ("rmsnorm", "fused_add_rmsnorm", "qk_rmsnorm", "silu_mul", "silu_and_mul", "rotary_neox", "rotary_neox_at",
@@ -447,6 +447,8 @@ def install_hf(model: torch.nn.Module) -> Counter:
     the supported architectures, and the model's greedy sampling
     (``GenerationMixin._sample``'s ``torch.argmax``, checked against transformers 5.12) as the top-1."""
     given: Counter = Counter()
+    # The decoder layers' step through the native entry beside the library, where it has one.
+    decode_layer = getattr(native_entry(), "decode_layer", None)
     sampling = _hf_sampling_class(type(model))
     if sampling is not None:
         # generate() looks _sample up on the model's class, not on the model: the model becomes an
@@ -469,7 +471,7 @@ def install_hf(model: torch.nn.Module) -> Counter:
         elif (name in HF_DECODER_LAYERS
               and (layer := _hf_layer_forward(type(module), recompile.child_names(module))) is not None):
             # Its decode steps in one frame where every module under it took the kernels (hf_step).
-            give_forward(module, hf_step.bound(layer, MARK_ATTR))
+            give_forward(module, hf_step.bound(layer, MARK_ATTR, decode_layer))
             given["residual_add"] += 1
             given["layer_step"] += 1
     return given

@@ -47,31 +47,36 @@ def _norm_weight(norm: torch.nn.Module, size: int) -> torch.Tensor | None:
     return None
 
 
-def layer_forward(layer_forward_of_class: Callable, mark: str) -> Callable:
+def layer_forward(layer_forward_of_class: Callable, mark: str, decode_layer: Callable | None) -> Callable:
     """A decoder layer's forward that takes the one-frame step where it can (the module's docstring)
     and otherwise calls ``layer_forward_of_class`` (the layer's forward with the fused kernels);
-    ``mark`` is the attribute :func:`fused.give_forward` leaves in a module it gave a forward."""
-    attention_step = native_op("attention_step")
-    rmsnorm, residual_add, silu_mul = native_op("rmsnorm"), native_op("residual_add"), native_op("silu_mul")
+    ``mark`` is the attribute :func:`fused.give_forward` leaves in a module it gave a forward. The
+    step is ``decode_layer`` (the native entry's, ``csrc/entry/layer_step.cpp``: the ops without
+    torch.ops' argument parsing) or, without it, :func:`decode_layer_ops`: the same calls."""
+    run = decode_layer if decode_layer is not None else decode_layer_ops
 
     def forward(self, hidden_states, *args, **kwargs):
         step = None if args else _step(self, hidden_states, kwargs, mark)
         if step is None:
             return layer_forward_of_class(self, hidden_states, *args, **kwargs)
-        (attn, mlp, in_weight, in_eps, post_weight, post_eps, q_weight, q_eps, k_weight, k_eps,
-         cos, sin, cache_layer, key_buffer, value_buffer, length) = step
-        parts, projections = attn._modules, mlp._modules
-        x = rmsnorm(hidden_states, in_weight, in_eps)
-        out, keys, values = attention_step(parts["q_proj"](x), parts["k_proj"](x), parts["v_proj"](x), q_weight,
-                                           k_weight, q_eps, k_eps, cos, sin, key_buffer, value_buffer, length,
-                                           attn.scaling)
-        hf_cache.stepped(cache_layer, key_buffer, keys, value_buffer, values)
-        hidden_states = residual_add(hidden_states, parts["o_proj"](out))
-        x = rmsnorm(hidden_states, post_weight, post_eps)
-        x = projections["down_proj"](silu_mul(projections["gate_proj"](x), projections["up_proj"](x)))
-        return residual_add(hidden_states, x)
+        operands, cache_layer = step
+        hidden_states, keys, values = run(*operands)
+        hf_cache.stepped(cache_layer, operands[16], keys, operands[17], values)
+        return hidden_states
 
     return forward
+
+
+def decode_layer_ops(x, in_weight, in_eps, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, q_weight,
+                     k_weight, q_eps, k_eps, cos, sin, key_buffer, value_buffer, length, scale, post_weight, post_eps):
+    """The native entry's ``decode_layer`` as torch.ops calls, in its order: (the layer's output, the
+    cache's keys and values, each the first ``length + 1`` rows of its buffer)."""
+    h = native_op("rmsnorm")(x, in_weight, in_eps)
+    attended, keys, values = native_op("attention_step")(q_proj(h), k_proj(h), v_proj(h), q_weight, k_weight, q_eps,
+                                                         k_eps, cos, sin, key_buffer, value_buffer, length, scale)
+    hidden = native_op("residual_add")(x, o_proj(attended))
+    h = native_op("rmsnorm")(hidden, post_weight, post_eps)
+    return native_op("residual_add")(hidden, down_proj(native_op("silu_mul")(gate_proj(h), up_proj(h)))), keys, values
 
 
 def _step(layer, hidden_states, kwargs, mark):
@@ -127,11 +132,15 @@ def _step(layer, hidden_states, kwargs, mark):
     found = hf_cache.step_buffers(cache, attn.layer_idx, hidden_states.shape[0], head_dim)
     if found is None:
         return None
-    return (attn, mlp, in_weight, in_norm.variance_epsilon, post_weight, post_norm.variance_epsilon, q_weight, q_eps,
-            k_weight, k_eps, cos, sin, *found)
+    cache_layer, key_buffer, value_buffer, length = found
+    projections = mlp._modules
+    return (hidden_states, in_weight, in_norm.variance_epsilon, parts["q_proj"], parts["k_proj"], parts["v_proj"],
+            parts["o_proj"], projections["gate_proj"], projections["up_proj"], projections["down_proj"], q_weight,
+            k_weight, q_eps, k_eps, cos, sin, key_buffer, value_buffer, length, attn.scaling, post_weight,
+            post_norm.variance_epsilon), cache_layer
 
 
 @functools.cache
-def bound(layer_forward_of_class: Callable, mark: str) -> Callable:
-    """:func:`layer_forward`, one per class's forward."""
-    return layer_forward(layer_forward_of_class, mark)
+def bound(layer_forward_of_class: Callable, mark: str, decode_layer: Callable | None) -> Callable:
+    """:func:`layer_forward`, one per class's forward and step."""
+    return layer_forward(layer_forward_of_class, mark, decode_layer)

@@ -6,12 +6,14 @@ one the frame covers."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import host_kernels
 import pytest
 import torch
 
 from sglang_rvv import fused, hf_cache, hf_step, tiny
+from sglang_rvv.kernels import rvv
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -111,14 +113,32 @@ def _decode(model, steps: int, prompt_len: int = 7):
     return torch.cat(logits, dim=1), taken
 
 
+@pytest.fixture(params=["entry", "ops"])
+def step_by(request, monkeypatch):
+    """The native entry's decode_layer (beside the library the policy found), or torch.ops' calls
+    (no entry there)."""
+    if request.param == "entry":
+        monkeypatch.setenv(rvv.LIB_ENV, str(host_kernels.build()))
+    else:
+        monkeypatch.setenv(rvv.LIB_ENV, str(host_kernels.OUT_DIR / "missing" / host_kernels.LIB_NAME))
+    return request.param
+
+
+def _layer_step_of(model):
+    """What a decoder layer's one-frame step runs: the entry's decode_layer or decode_layer_ops."""
+    run = inspect.getclosurevars(model.model.layers[0].forward.__func__).nonlocals["run"]
+    return "ops" if run is hf_step.decode_layer_ops else run.__name__
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen2"])
-def test_a_layers_decode_steps_are_the_fused_modules_bits(arch, monkeypatch):
+def test_a_layers_decode_steps_are_the_fused_modules_bits(arch, step_by, monkeypatch):
     """Twelve steps, two of them past the grown cache's room (the layer's own forward moves it),
     give the logits of the same kernels called one by one through transformers' code, bit for bit."""
     monkeypatch.setattr(hf_cache, "SPARE_MIN", 4)
     steps = 12
     stepped = tiny.build_model(arch, seed=0)
     assert fused.install_hf(stepped)["layer_step"] == stepped.config.num_hidden_layers
+    assert _layer_step_of(stepped) == {"entry": "decode_layer", "ops": "ops"}[step_by]
     by_modules = tiny.build_model(arch, seed=0)
     fused.install_hf(by_modules)
     ours, taken = _decode(stepped, steps)
@@ -191,3 +211,35 @@ def test_a_mask_grad_or_an_unknown_argument_runs_the_layers_own_forward():
         out.past_key_values.layers[0].keys = out.past_key_values.layers[0].keys.clone()
         assert hf_step._step(layer, hidden, {"position_embeddings": cos_sin, "past_key_values": out.past_key_values},
                              fused.MARK_ATTR) is None
+
+
+def _layer_operands(model) -> list:
+    """decode_layer's operands for layer 0 of ``model`` one step after a prefill."""
+    prompt = torch.randint(0, model.config.vocab_size, (1, 4), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        out = model(prompt, use_cache=True)
+        cos_sin = model.model.rotary_emb(out.logits.new_zeros(1, 1, 1), torch.tensor([[4]]))
+        hidden = _randn(1, 1, model.config.hidden_size, seed=1)
+        operands, _ = hf_step._step(model.model.layers[0], hidden, {"position_embeddings": cos_sin,
+                                                                    "past_key_values": out.past_key_values},
+                                    fused.MARK_ATTR)
+    return list(operands)
+
+
+@pytest.mark.parametrize("change,error,message", [
+    (lambda o: o.pop(), TypeError, r"decode_layer\(x, in_weight, in_eps"),
+    (lambda o: o.__setitem__(0, None), TypeError, "x must be a tensor, got NoneType"),
+    (lambda o: o.__setitem__(3, lambda x: 3), TypeError, "returned int, not a tensor"),
+    (lambda o: o.__setitem__(4, lambda x: 1 / 0), ZeroDivisionError, "division by zero"),
+    (lambda o: o.__setitem__(18, o[16].shape[2]), RuntimeError, "do not fit the buffer's"),
+    (lambda o: o.__setitem__(20, o[20][:-1]), RuntimeError, "rmsnorm expects a bfloat16 input whose last dim is"),
+], ids=["arity", "x", "projection result", "projection raises", "no room", "norm weight"])
+def test_decode_layer_refuses_a_bad_call_by_name(monkeypatch, change, error, message):
+    """The entry's step raises what its operands' problem is; a projection's own exception passes."""
+    monkeypatch.setenv(rvv.LIB_ENV, str(host_kernels.build()))
+    model = tiny.build_model("qwen3", seed=0)
+    fused.install_hf(model)
+    operands = _layer_operands(model)
+    change(operands)
+    with pytest.raises(error, match=message), torch.inference_mode():
+        rvv.native_entry().decode_layer(*operands)

@@ -4,6 +4,11 @@
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/DispatchKeySet.h>
+
+#include <exception>
+#include <initializer_list>
+#include <string>
 
 // The two pieces of torch/csrc/autograd/python_variable.h used here. That header needs
 // pybind11's, which the riscv64 sysroot (Debian's libtorch-dev) does not ship. A torch Tensor's
@@ -42,6 +47,16 @@ inline bool same_referent(PyObject* ref, PyObject* obj) {
 #endif
 }
 
+inline const c10::DispatchKeySet kCpuKeys{c10::DispatchKey::CPU};
+
+// A C++ exception's message as torch.ops gives it (without the C++ backtrace).
+std::string message(const std::exception& error);
+
+// Whether a call of the kernel library's ops on these operands (undefined ones aside) would land
+// on the op's CPU kernel: then `redispatch(kCpuKeys, ...)` sends it there without the
+// dispatcher's key computation, autograd's boxed fallback and the profiler's check (python_entry.cpp).
+bool lands_on_cpu(std::initializer_list<const at::Tensor*> operands);
+
 // The packed output of the plan held by `capsule` (python_entry.cpp's linear): a new reference,
 // Py_None (new reference) when the plan no longer holds the weight or its buffers, or nullptr with
 // an exception set. `capsule` that is not a plan is a TypeError.
@@ -50,5 +65,8 @@ PyObject* plan_linear(PyObject* capsule, PyObject* input, PyObject* weight, PyOb
 // route_call.cpp: the routes' __call__ methods (see there).
 PyObject* route_method(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 PyObject* module_method(PyObject*, PyObject* const* args, Py_ssize_t nargs);
+
+// layer_step.cpp: a transformers decoder layer's decode step (see there).
+PyObject* decode_layer(PyObject*, PyObject* const* args, Py_ssize_t nargs);
 
 }  // namespace sglang_rvv_entry

@@ -119,12 +119,6 @@ bool matches(const Plan& plan, PyObject* weight_obj) {
   return true;
 }
 
-// A C++ exception's message as torch.ops gives it (without the C++ backtrace).
-std::string message(const std::exception& error) {
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
-  return torch_error ? torch_error->what_without_backtrace() : error.what();
-}
-
 // plan(kind, weight, buffer_names, out_features, in_features, layout_version) -> capsule
 PyObject* make_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 6) {
@@ -190,21 +184,6 @@ PyObject* make_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return capsule;
 }
 
-// The keys the dispatcher would take these operands' call through, autograd's and the defaults
-// aside. Outside grad mode, autograd's fallback for an op without a formula only passes the call
-// on below it, and ADInplaceOrView and BackendSelect pass this op through: when nothing else is
-// left but CPU (no mode or Python key in this thread, no autocast, no tensor subclass's key), the
-// call would land on the CPU kernel.
-c10::DispatchKeySet keys_beside_autograd(const at::Tensor& x, const at::Tensor& first, const at::Tensor& second,
-                                         const at::Tensor& b) {
-  c10::DispatchKeySet keys = x.key_set() | first.key_set();
-  if (second.defined()) keys = keys | second.key_set();
-  if (b.defined()) keys = keys | b.key_set();
-  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
-  return ((keys | local.included_) - local.excluded_) - c10::autograd_dispatch_keyset_with_ADInplaceOrView -
-         c10::DispatchKeySet(c10::DispatchKey::BackendSelect);
-}
-
 // The plan's op on these operands, with the bias added; on failure an undefined tensor and the
 // error's message in `failure`. Where the call would land on the CPU kernel, it is sent there
 // (redispatch) without the dispatcher's key computation, autograd's boxed fallback and the
@@ -213,17 +192,16 @@ c10::DispatchKeySet keys_beside_autograd(const at::Tensor& x, const at::Tensor& 
 // dispatcher's full call.
 at::Tensor run(const Plan& plan, const at::Tensor& x, const at::Tensor& first, const at::Tensor& second,
                const at::Tensor& b, std::string& failure) {
-  static const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
   try {
-    const bool direct = !at::GradMode::is_enabled() && !at::hasCallbacks() &&
-                        keys_beside_autograd(x, first, second, b) == cpu;
+    const bool direct = lands_on_cpu({&x, &first, &second, &b});
     at::Tensor out;
     if (plan.kind == kBf16) {
-      out = direct ? bf16_op().redispatch(cpu, x, first, plan.out_features, plan.layout_version)
+      out = direct ? bf16_op().redispatch(kCpuKeys, x, first, plan.out_features, plan.layout_version)
                    : bf16_op().call(x, first, plan.out_features, plan.layout_version);
     } else {
       const auto& op = quant_op(plan.kind);
-      out = direct ? op.redispatch(cpu, x, first, second, plan.out_features, plan.in_features, plan.layout_version)
+      out = direct ? op.redispatch(kCpuKeys, x, first, second, plan.out_features, plan.in_features,
+                                   plan.layout_version)
                    : op.call(x, first, second, plan.out_features, plan.in_features, plan.layout_version);
     }
     if (b.defined()) out.add_(b);
@@ -236,6 +214,26 @@ at::Tensor run(const Plan& plan, const at::Tensor& x, const at::Tensor& first, c
 }
 
 }  // namespace
+
+std::string message(const std::exception& error) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+  return torch_error ? torch_error->what_without_backtrace() : error.what();
+}
+
+// Outside grad mode, autograd's fallback for an op without a formula only passes the call on
+// below it, and ADInplaceOrView and BackendSelect pass these ops through: when nothing else is
+// left but CPU (no mode or Python key in this thread, no autocast, no tensor subclass's key, no
+// profiler), the call would land on the CPU kernel.
+bool lands_on_cpu(std::initializer_list<const at::Tensor*> operands) {
+  if (at::GradMode::is_enabled() || at::hasCallbacks()) return false;
+  c10::DispatchKeySet keys;
+  for (const at::Tensor* t : operands) {
+    if (t->defined()) keys = keys | t->key_set();
+  }
+  const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+  return (((keys | local.included_) - local.excluded_) - c10::autograd_dispatch_keyset_with_ADInplaceOrView -
+          c10::DispatchKeySet(c10::DispatchKey::BackendSelect)) == kCpuKeys;
+}
 
 PyObject* plan_linear(PyObject* capsule, PyObject* input, PyObject* weight, PyObject* buffers, PyObject* bias) {
   const Plan* plan = plan_of(capsule);
@@ -302,6 +300,9 @@ PyMethodDef kMethods[] = {
     {"module_method", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(module_method)), METH_FASTCALL,
      "module_method(module_type, python_call, forward, route_attr, hook_globals): a routed Linear's __call__ "
      "straight to its route (route_call.cpp)"},
+    {"decode_layer", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(decode_layer)), METH_FASTCALL,
+     "decode_layer(x, in_weight, in_eps, q_proj, ..., post_weight, post_eps) -> (hidden, keys, values): a "
+     "transformers decoder layer's decode step (layer_step.cpp)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
