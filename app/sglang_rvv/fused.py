@@ -458,7 +458,13 @@ def install_hf(model: torch.nn.Module) -> Counter:
         given["top1"] += 1
     for module in model.modules():
         name = type(module).__name__
-        if (name in HF_ATTENTIONS
+        if type(module) is torch.nn.ModuleList and len(module) and all(
+                type(layer).__name__ in HF_DECODER_LAYERS for layer in module):
+            # The model's forward slices it at every step: the slice it built last, while it holds.
+            module.__dict__[MARK_ATTR] = (type(module), {})
+            module.__class__ = hf_step.LayerList
+            given["layer_list"] += 1
+        elif (name in HF_ATTENTIONS
                 and (attention := _hf_attention_forward(type(module), recompile.child_names(module)))[0] is not None):
             give_forward(module, attention[0])
             given.update(attention[1])

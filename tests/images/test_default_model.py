@@ -95,7 +95,7 @@ def test_the_fused_kernels_keep_its_greedy_answer(default_checkpoint):
     layers = model.config.num_hidden_layers
     assert fused.install_hf(model) == {"attention": layers, "rmsnorm": 2 * layers + 1, "rotary": layers,
                                        "silu_mul": layers, "top1": 1, "kv_cache": layers, "residual_add": layers,
-                                       "layer_step": layers}
+                                       "layer_step": layers, "layer_list": 1}
     with_kernels = greedy()
     answer = tokenizer.decode(with_kernels, skip_special_tokens=True)
     print(f"greedy answer with the fused kernels: {answer!r}")

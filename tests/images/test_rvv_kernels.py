@@ -210,7 +210,7 @@ def _expect(case: str, r: dict, run_name: str, kernels: dict) -> None:
         assert r["nan_row_all_nan"] and r["finite_row_finite"], r
     elif case == "fused hf":
         # The tiny Llama: 2 layers.
-        assert r["fused_ops"] == {"attention": 2, "kv_cache": 2, "layer_step": 2, "residual_add": 2,
+        assert r["fused_ops"] == {"attention": 2, "kv_cache": 2, "layer_list": 1, "layer_step": 2, "residual_add": 2,
                                   "rmsnorm": 2 * 2 + 1, "rotary": 2, "silu_mul": 2, "top1": 1}, r
         assert r["off_fused"] == {} and "rvv kernel library" in r["fused_reason"], r
         assert r["logits_sqnr_db"] >= 30.0, r

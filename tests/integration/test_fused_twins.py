@@ -618,7 +618,7 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     layers = model.config.num_hidden_layers
     norms = 2 * layers + 1 + (2 * layers if arch == "qwen3" else 0)  # Qwen3 adds q_norm and k_norm
     assert given == {"attention": layers, "rmsnorm": norms, "rotary": layers, "silu_mul": layers, "top1": 1,
-                     "kv_cache": layers, "residual_add": layers, "layer_step": layers}
+                     "kv_cache": layers, "residual_add": layers, "layer_step": layers, "layer_list": 1}
     assert _sqnr_db(_logits(model, prompt), as_built) > 30
     # The prefill's attention (6 queries) is transformers' own; the decode step's runs the kernel.
     heads, d = model.config.num_attention_heads, model.config.head_dim
@@ -633,12 +633,13 @@ def test_hf_modules_get_the_kernels_and_keep_the_logits(native, arch, monkeypatc
     assert all("forward" not in m.__dict__ for m in other.modules())
     # Each given module is called without nn.Module.__call__ (direct_call), under its class's name;
     # the decoder layers keep transformers' own __call__ (gradient checkpointing's).
-    given_modules = [m for m in model.modules() if fused.MARK_ATTR in m.__dict__]
+    given_modules = [m for m in model.modules() if fused.MARK_ATTR in m.__dict__ and m is not model.model.layers]
     assert given_modules and all(isinstance(m, DirectCall) != (m in model.model.layers) for m in given_modules)
+    assert type(model.model.layers) is hf_step.LayerList  # the layer list: its slice kept (test_hf_step.py)
     assert all(type(m).__name__ == classes[n].__name__ for n, m in model.named_modules())
     # Taken back: every module runs its class's forward again, as its own class.
     # (An attention is one module; the model itself was given its greedy sampling.)
-    assert sum(fused.take_back(m) for m in model.modules()) == norms + 3 * layers + 1
+    assert sum(fused.take_back(m) for m in model.modules()) == norms + 3 * layers + 2
     assert all("forward" not in m.__dict__ for m in model.modules())
     assert {name: type(m) for name, m in model.named_modules()} == classes
 

@@ -243,3 +243,22 @@ def test_decode_layer_refuses_a_bad_call_by_name(monkeypatch, change, error, mes
     change(operands)
     with pytest.raises(error, match=message), torch.inference_mode():
         rvv.native_entry().decode_layer(*operands)
+
+
+def test_the_layer_list_gives_its_last_slice_while_it_holds():
+    """transformers' model forward slices its layer list at every step: the same list while the
+    slice holds the same modules, a new one (as ModuleList builds) once it does not."""
+    model = tiny.build_model("llama", seed=0)
+    layers = model.model.layers
+    assert fused.install_hf(model)["layer_list"] == 1 and type(layers) is hf_step.LayerList
+    assert type(layers).__name__ == "ModuleList"
+    first = layers[:2]
+    assert layers[:2] is first and list(first) == list(layers) and layers[0] is first[0]
+    assert layers[:1] is not first and list(layers[:1]) == [layers[0]]
+    again = layers[:2]
+    again.append(torch.nn.Identity())  # the caller changed the list it was given
+    assert layers[:2] is not again and len(layers[:2]) == 2
+    layers[1] = torch.nn.Identity()  # the model's own list changed
+    assert layers[:2][1] is layers[1]
+    fused.take_back(layers)
+    assert type(layers) is torch.nn.ModuleList
