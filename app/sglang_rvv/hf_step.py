@@ -38,15 +38,6 @@ _BF16 = torch.bfloat16
 _config_attribute = object.__getattribute__
 
 
-def _norm_weight(norm: torch.nn.Module, size: int) -> torch.Tensor | None:
-    """The weight the norm kernel would take for rows of ``size`` (fused.servable's terms), else None."""
-    weight = norm._parameters.get("weight")
-    if (weight is not None and weight.dtype is _BF16 and weight.dim() == 1 and weight.shape[0] == size
-            and weight.is_contiguous()):
-        return weight
-    return None
-
-
 def layer_forward(layer_forward_of_class: Callable, mark: str, decode_layer: Callable | None) -> Callable:
     """A decoder layer's forward that takes the one-frame step where it can (the module's docstring)
     and otherwise calls ``layer_forward_of_class`` (the layer's forward with the fused kernels);
@@ -60,9 +51,11 @@ def layer_forward(layer_forward_of_class: Callable, mark: str, decode_layer: Cal
         if step is None:
             return layer_forward_of_class(self, hidden_states, *args, **kwargs)
         operands, cache_layer = step
-        hidden_states, keys, values = run(*operands)
-        hf_cache.stepped(cache_layer, operands[16], keys, operands[17], values)
-        return hidden_states
+        done = run(*operands)
+        if done is None:  # a module by itself would not take its kernel here
+            return layer_forward_of_class(self, hidden_states, *args, **kwargs)
+        hf_cache.stepped(cache_layer, operands[16], done[1], operands[17], done[2])
+        return done[0]
 
     return forward
 
@@ -70,7 +63,10 @@ def layer_forward(layer_forward_of_class: Callable, mark: str, decode_layer: Cal
 def decode_layer_ops(x, in_weight, in_eps, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, q_weight,
                      k_weight, q_eps, k_eps, cos, sin, key_buffer, value_buffer, length, scale, post_weight, post_eps):
     """The native entry's ``decode_layer`` as torch.ops calls, in its order: (the layer's output, the
-    cache's keys and values, each the first ``length + 1`` rows of its buffer)."""
+    cache's keys and values, each the first ``length + 1`` rows of its buffer), or None, with
+    nothing run, where :func:`operands_covered` says no."""
+    if not operands_covered(x, in_weight, post_weight, q_weight, k_weight, cos, sin, key_buffer):
+        return None
     h = native_op("rmsnorm")(x, in_weight, in_eps)
     attended, keys, values = native_op("attention_step")(q_proj(h), k_proj(h), v_proj(h), q_weight, k_weight, q_eps,
                                                          k_eps, cos, sin, key_buffer, value_buffer, length, scale)
@@ -79,11 +75,34 @@ def decode_layer_ops(x, in_weight, in_eps, q_proj, k_proj, v_proj, o_proj, gate_
     return native_op("residual_add")(hidden, down_proj(native_op("silu_mul")(gate_proj(h), up_proj(h)))), keys, values
 
 
+def _norm_weight_ok(weight: torch.Tensor | None, size: int) -> bool:
+    return (weight is not None and weight.dtype is _BF16 and weight.dim() == 1 and weight.shape[0] == size
+            and weight.is_contiguous())
+
+
+def operands_covered(x, in_weight, post_weight, q_weight, k_weight, cos, sin, key_buffer) -> bool:
+    """Whether each module called by itself would take its kernel on these (fused.servable and
+    rotary_servable's terms), so the step gives their bits: no grad, a contiguous bfloat16 input of
+    one token on the CPU, bfloat16 norm weights the kernel takes, a rotary table of the whole head.
+    (layer_step.cpp's ``covered`` asks the same.)"""
+    if (torch.is_grad_enabled() or x.dtype is not _BF16 or x.dim() != 3 or x.shape[1] != 1 or not x.is_cpu
+            or not x.is_contiguous() or key_buffer.dim() != 4):
+        return False
+    hidden, d = x.shape[2], key_buffer.shape[3]
+    if (not _norm_weight_ok(in_weight, hidden) or not _norm_weight_ok(post_weight, hidden)
+            or (q_weight is None) != (k_weight is None)
+            or (q_weight is not None and not (_norm_weight_ok(q_weight, d) and _norm_weight_ok(k_weight, d)))):
+        return False
+    return (cos.dtype is _BF16 and sin.dtype is _BF16 and cos.dim() == 3 and cos.shape[1] == 1 and cos.shape[2] == d
+            and cos.shape[0] in (1, x.shape[0]) and sin.shape == cos.shape and sin.stride() == cos.stride()
+            and cos.stride(2) == 1)
+
+
 def _step(layer, hidden_states, kwargs, mark):
-    """What the one-frame step needs, or None where the layer's own forward must run."""
-    if not (kwargs.keys() <= KNOWN_ARGS and kwargs.get("attention_mask") is None and not torch.is_grad_enabled()
-            and hidden_states.dtype is _BF16 and hidden_states.dim() == 3 and hidden_states.shape[1] == 1
-            and hidden_states.is_cpu and hidden_states.is_contiguous() and not layer.training
+    """The step's operands (decode_layer's, in its order) and the cache layer it appends to, or None
+    where the layer's own forward must run; the operands' tensors are the step's own question
+    (:func:`operands_covered`)."""
+    if not (kwargs.keys() <= KNOWN_ARGS and kwargs.get("attention_mask") is None and not layer.training
             and not (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
                      or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks)):
         return None
@@ -109,31 +128,20 @@ def _step(layer, hidden_states, kwargs, mark):
         if (mark not in module.__dict__ or module._forward_hooks or module._forward_pre_hooks
                 or module._backward_hooks or module._backward_pre_hooks or module._compiled_call_impl is not None):
             return None
-    hidden = hidden_states.shape[2]
-    in_weight, post_weight = _norm_weight(in_norm, hidden), _norm_weight(post_norm, hidden)
-    if in_weight is None or post_weight is None:
-        return None
-    head_dim = attn.head_dim
-    q_weight = k_weight = None
-    q_eps = k_eps = 0.0
-    if q_norm is not None:
-        q_weight, k_weight = _norm_weight(q_norm, head_dim), _norm_weight(k_norm, head_dim)
-        if q_weight is None or k_weight is None:
-            return None
-        q_eps, k_eps = q_norm.variance_epsilon, k_norm.variance_epsilon
     cos, sin = kwargs.get("position_embeddings") or (None, None)
-    if not (cos is not None and cos.dtype is _BF16 and sin.dtype is _BF16 and cos.dim() == 3
-            and cos.shape[1] == 1 and cos.shape[2] == head_dim and cos.shape[0] in (1, hidden_states.shape[0])
-            and sin.shape == cos.shape and sin.stride() == cos.stride() and cos.stride(2) == 1):
-        return None
     cache = kwargs.get("past_key_values")
-    if cache is None:
+    if cos is None or cache is None:
         return None
-    found = hf_cache.step_buffers(cache, attn.layer_idx, hidden_states.shape[0], head_dim)
+    found = hf_cache.step_buffers(cache, attn.layer_idx, hidden_states.shape[0], attn.head_dim)
     if found is None:
         return None
     cache_layer, key_buffer, value_buffer, length = found
     projections = mlp._modules
+    in_weight, post_weight = in_norm._parameters.get("weight"), post_norm._parameters.get("weight")
+    q_weight, q_eps = (None, 0.0) if q_norm is None else (q_norm._parameters.get("weight"), q_norm.variance_epsilon)
+    k_weight, k_eps = (None, 0.0) if k_norm is None else (k_norm._parameters.get("weight"), k_norm.variance_epsilon)
+    if in_weight is None or post_weight is None or (q_norm is not None and (q_weight is None or k_weight is None)):
+        return None  # a norm whose weight is not a parameter: its own forward
     return (hidden_states, in_weight, in_norm.variance_epsilon, parts["q_proj"], parts["k_proj"], parts["v_proj"],
             parts["o_proj"], projections["gate_proj"], projections["up_proj"], projections["down_proj"], q_weight,
             k_weight, q_eps, k_eps, cos, sin, key_buffer, value_buffer, length, attn.scaling, post_weight,

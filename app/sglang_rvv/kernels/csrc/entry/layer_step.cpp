@@ -11,7 +11,9 @@
 // decode_layer(x, in_weight, in_eps, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
 //              down_proj, q_weight, k_weight, q_eps, k_eps, cos, sin, key_buffer, value_buffer,
 //              length, scale, post_weight, post_eps) -> (hidden, keys, values)
-// q_weight and k_weight may be None (no QK norm). The ops check their operands and raise a
+// q_weight and k_weight may be None (no QK norm). None, with nothing run, where a module called
+// by itself would not take its kernel (covered: grad, the input, a norm weight, the rotary table):
+// the layer then runs its own forward. The ops check the rest of their operands and raise a
 // RuntimeError naming the problem; a projection's exception passes through as it is.
 
 #include "entry.h"
@@ -20,6 +22,7 @@
 #include <tuple>
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 
 namespace sglang_rvv_entry {
 namespace {
@@ -95,6 +98,30 @@ double float_arg(PyObject* obj) {
   return value;
 }
 
+bool norm_weight_ok(const at::Tensor& weight, int64_t size) {
+  return weight.scalar_type() == at::kBFloat16 && weight.dim() == 1 && weight.size(0) == size && weight.is_contiguous();
+}
+
+// hf_step.operands_covered's questions: whether the modules called one by one would each take
+// their kernel here (fused.servable, rotary_servable), so the step gives their bits.
+bool covered(const at::Tensor& x, const at::Tensor& in_weight, const at::Tensor& post_weight,
+             const std::optional<at::Tensor>& q_weight, const std::optional<at::Tensor>& k_weight,
+             const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& key_buffer) {
+  if (at::GradMode::is_enabled() || x.scalar_type() != at::kBFloat16 || x.dim() != 3 || x.size(1) != 1 ||
+      !x.is_cpu() || !x.is_contiguous() || key_buffer.dim() != 4) {
+    return false;
+  }
+  const int64_t hidden = x.size(2), d = key_buffer.size(3);
+  if (!norm_weight_ok(in_weight, hidden) || !norm_weight_ok(post_weight, hidden) ||
+      q_weight.has_value() != k_weight.has_value() ||
+      (q_weight.has_value() && !(norm_weight_ok(*q_weight, d) && norm_weight_ok(*k_weight, d)))) {
+    return false;
+  }
+  return cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16 && cos.dim() == 3 &&
+         cos.size(1) == 1 && cos.size(2) == d && (cos.size(0) == 1 || cos.size(0) == x.size(0)) &&
+         sin.sizes() == cos.sizes() && sin.strides() == cos.strides() && cos.stride(2) == 1;
+}
+
 template <class Sig, class... Args>
 auto call(const c10::TypedOperatorHandle<Sig>& op, bool direct, Args&&... args) {
   return direct ? op.redispatch(kCpuKeys, std::forward<Args>(args)...) : op.call(std::forward<Args>(args)...);
@@ -117,6 +144,7 @@ PyObject* step(PyObject* const* a) {
   const at::Tensor& post_weight = tensor_arg(a[20], "post_weight");
   const double post_eps = float_arg(a[21]);
 
+  if (!covered(x, in_weight, post_weight, q_weight, k_weight, cos, sin, key_buffer)) Py_RETURN_NONE;
   const Ops& op = ops();
   // The projections' outputs join the operands the dispatcher would look at: a subclass or a
   // device elsewhere takes the full call.
