@@ -63,9 +63,6 @@ _HF_RESIDUAL_ADD = ("residual", "hidden_states")  # the operands' names, in tran
 _HF_CACHE_UPDATE = ("past_key_values", "update")  # the attention's call that updates its cache layer
 _HF_ROTARY = "apply_rotary_pos_emb"
 _HF_INTERFACES = "ALL_ATTENTION_FUNCTIONS"
-# The attention interfaces whose decode step is plain softmax attention over every key when no mask
-# is passed: the decode kernel may stand in for them.
-_HF_PLAIN_ATTENTION = frozenset(("sdpa", "eager"))
 
 
 @functools.cache
@@ -377,7 +374,7 @@ class _HfInterfaces:
 
     def get_interface(self, name, default):
         original = self._registry.get_interface(name, default)
-        return _hf_decode_attention(original) if name in _HF_PLAIN_ATTENTION else original
+        return _hf_decode_attention(original) if name in hf_step.PLAIN_ATTENTION else original
 
 
 @functools.cache

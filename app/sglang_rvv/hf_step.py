@@ -33,7 +33,9 @@ from .kernels.rvv import native_op
 # generate passes them); any other one goes to the layer's own forward.
 KNOWN_ARGS = frozenset(("attention_mask", "position_ids", "past_key_values", "use_cache", "position_embeddings",
                         "cache_position"))
-_PLAIN_ATTENTION = frozenset(("sdpa", "eager"))  # fused._HF_PLAIN_ATTENTION
+# The attention interfaces whose decode step is plain softmax attention over every key when no mask
+# is passed: the decode kernel may stand in for them (here, and in fused's attention interfaces).
+PLAIN_ATTENTION = frozenset(("sdpa", "eager"))
 _BF16 = torch.bfloat16
 _config_attribute = object.__getattribute__
 
@@ -118,7 +120,7 @@ def _step(layer, hidden_states, kwargs, mark):
     # The config's attention implementation as its property reads it, without PretrainedConfig's
     # Python __getattribute__ and the property's frame (three calls a layer); a transformers that
     # keeps it elsewhere reads None here and takes the layer's own forward.
-    if _config_attribute(attn.config, "__dict__").get("_attn_implementation_internal") not in _PLAIN_ATTENTION:
+    if _config_attribute(attn.config, "__dict__").get("_attn_implementation_internal") not in PLAIN_ATTENTION:
         return None
     # The modules whose work this runs without calling them: each must hold the policy's fused
     # forward (``mark``) and have no hook and no module.compile().
