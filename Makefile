@@ -20,12 +20,14 @@ INVENTORY ?= ansible/inventory/example.yml
 # build, deploy and gateway.
 BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
-.PHONY: help venv check test lint bench bench-serve board-model board-gate count-setup serve clean $(BOARD_PLAYBOOKS)
+.PHONY: help venv check test peer-test lint bench bench-serve board-model board-gate count-setup peer-build peer-compare serve clean \
+	$(BOARD_PLAYBOOKS)
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
 	@echo "make check  - the fast tier: tests/unit and tests/integration (no server, no container; a few minutes)"
 	@echo "make test   - the whole suite, in two lanes at once"
+	@echo "make peer-test - the peer's tier (tests/peer): llama.cpp built, answering under qemu, one small count"
 	@echo "make lint   - ruff, shellcheck, yamllint, ansible-lint"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
 	@echo "make bench  - the benchmark suite on a Llama-3.2-1B-shaped model (one-batch, serving, HF generate, kernel;"
@@ -36,6 +38,11 @@ help:
 	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR;"
 	@echo "              SERVING=MODEL_DIR: SGLang's serving loop of that checkpoint too, every process, per token;"
 	@echo "              LM_HEAD_DTYPE=int4: lm_head in that layout in every policy-on count)"
+	@echo "make peer-build - llama.cpp, the board model's peer (peer/build.sh): riscv64 RVV and a host llama-quantize,"
+	@echo "              into .cache/peer/ (PEER_VARIANTS='rvv host ime': also the board's SpacemiT IME1 build)"
+	@echo "make peer-compare - llama.cpp and the appliance counted under qemu and priced by one board model, side by side,"
+	@echo "              into RUN_DIR/peer-compare.json (SHAPES=, FORMATS= any llama-quantize type, THREADS=, PATHS=vec_dot|repack,"
+	@echo "              LAYOUTS= the appliance's layouts or none, RUN=DIR); the run directory is the last line"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make image-archive - make image, then podman save it to .cache/images/archives/ (a board loads it: Ansible's"
 	@echo "              sglang_rvv_build_image_archive)"
@@ -74,10 +81,14 @@ check: venv
 test: venv lint
 	$(PY) tests/lanes.py --durations=25
 
+# llama.cpp, the board model's peer, built and run under qemu (tests/peer): not in make test yet.
+peer-test: venv
+	$(PYTEST) tests/peer --durations=10
+
 # Python, the image scripts, and Ansible with the compose files (as tests/ansible/test_lint.py does).
 lint: venv
 	$(PY) -m ruff check app tests
-	$(VENV)/bin/shellcheck -x -P images/scripts images/scripts/*.sh images/base/*.sh
+	$(VENV)/bin/shellcheck -x -P images/scripts images/scripts/*.sh images/base/*.sh peer/*.sh
 	$(VENV)/bin/yamllint --strict ansible compose .yamllint
 	cd ansible && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --profile production -q
 
@@ -105,6 +116,18 @@ board-gate: venv count-setup
 # The counting qemu (images/lock.toml [tools.count]): Debian's dynamic qemu-user beside the static one.
 count-setup:
 	@$(IMAGES_SCRIPTS)/count-setup.sh
+
+# llama.cpp, the board model's peer: its own build and folder, never in an image.
+PEER_VARIANTS ?= rvv host
+peer-build:
+	@peer/build.sh $(PEER_VARIANTS) > /dev/null
+
+# Like board-model, it prints only its run directory on stdout. Needs the riscv64 runtime image
+# unless LAYOUTS=none.
+peer-compare: venv count-setup peer-build
+	@$(PY) -m sglang_rvv.boardmodel.compare $(if $(SHAPES),--shapes $(SHAPES)) $(if $(FORMATS),--formats $(FORMATS)) \
+		$(if $(THREADS),--threads $(THREADS)) $(if $(PATHS),--paths $(PATHS)) $(if $(LAYOUTS),--layouts $(LAYOUTS)) \
+		$(if $(RUN),--run-dir $(RUN))
 
 bench-serve: venv
 	$(PY) -m sglang_rvv.bench one-batch

@@ -9,8 +9,8 @@ from sglang_rvv import tiny
 TESTS = Path(__file__).parent
 INFRA = TESTS / "infra"
 # The tiers, one a directory, each a marker of the same name (pyproject.toml lists them):
-# `make check` runs the first two, `make test` all.
-TIERS = ("unit", "integration", "e2e", "images", "ansible", "infra")
+# `make check` runs the first two, `make test` all but peer (`make peer-test`: tests/peer says why).
+TIERS = ("unit", "integration", "e2e", "images", "ansible", "infra", "peer")
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:

@@ -32,6 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SECOND = ("tests/ansible/test_emulated_board.py", "tests/images/test_board_model.py", "tests/images/test_riscv64.py",
           "tests/ansible/test_deploy_riscv64.py", "tests/images/test_gateway_arm64.py")
+# Not in make test yet (tests/peer's docstring says why): make peer-test runs it.
+NOT_YET = ("tests/peer",)
 LOG = REPO / ".cache" / "test-lanes" / "second.log"
 
 
@@ -51,7 +53,7 @@ def main(extra: list[str]) -> int:
         second = subprocess.Popen(_pytest(*extra, *SECOND), cwd=REPO, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         print(f"lanes: the second lane ({', '.join(SECOND)}) runs beside this one; its log is {LOG}", flush=True)
-        first = subprocess.run(_pytest(*extra, *(f"--ignore={path}" for path in SECOND), "tests"),
+        first = subprocess.run(_pytest(*extra, *(f"--ignore={path}" for path in (*SECOND, *NOT_YET)), "tests"),
                                cwd=REPO)
         first_seconds = time.monotonic() - began
         print(f"lanes: the first lane is done ({first_seconds:.0f} s, exit {first.returncode}); "

@@ -1,4 +1,5 @@
-"""Each image script's --help is its header comment, however long the header grows (lib.sh's usage)."""
+"""Each image script's --help is its header comment, however long the header grows (lib.sh's usage):
+images/scripts/ and the peer's build (peer/build.sh), which uses the same lib.sh."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "images" / "scripts"
-WITH_HELP = sorted(p.name for p in SCRIPTS.glob("*.sh")
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "images" / "scripts"
+WITH_HELP = sorted(p.relative_to(REPO).as_posix() for p in (*SCRIPTS.glob("*.sh"), *(REPO / "peer").glob("*.sh"))
                    if p.name != "lib.sh" and ("--help" in p.read_text() or "build_start " in p.read_text()))
 
 
@@ -23,12 +25,13 @@ def _header(path: Path) -> str:
 
 
 def test_the_build_scripts_all_have_help():
-    assert {"build-base.sh", "build-runtime.sh", "build-model.sh", "build-cache.sh", "build-gateway.sh",
-            "podman-setup.sh"} <= set(WITH_HELP)
+    assert {f"images/scripts/{name}" for name in ("build-base.sh", "build-runtime.sh", "build-model.sh",
+                                                  "build-cache.sh", "build-gateway.sh", "podman-setup.sh")} \
+        | {"peer/build.sh"} <= set(WITH_HELP)
 
 
 @pytest.mark.parametrize("script", WITH_HELP)
 def test_help_prints_the_whole_header_and_exits_0(script):
-    result = subprocess.run(["bash", SCRIPTS / script, "--help"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(["bash", REPO / script, "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == _header(SCRIPTS / script)
+    assert result.stdout == _header(REPO / script)

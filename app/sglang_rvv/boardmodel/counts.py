@@ -17,9 +17,10 @@ from pathlib import Path
 FORMAT = "count-table 1"  # == count.c FORMAT
 FIELDS = ("insns", "vec_insns", "vec_lmul", "vec_unknown_lmul", "vec_loads", "vec_load_bytes")
 
-# Component of a mapped file, by its base name; the first pattern that matches wins.
+# Component of a mapped file, by its base name; the first pattern that matches wins. The kernel
+# library is the appliance's, or ggml's CPU backend where llama.cpp is counted (boardmodel.peer).
 COMPONENTS = (
-    ("kernel", re.compile(r"^libsglang_rvv_kernels\.so")),
+    ("kernel", re.compile(r"^(libsglang_rvv_kernels|libggml-cpu)\.so")),
     ("torch", re.compile(r"^(libtorch|libc10|libshm|_C\.cpython|libtorch_python|libcaffe2)")),
     ("interpreter", re.compile(r"^(python3(\.\d+)?|libpython3)")),
     ("libgomp", re.compile(r"^libgomp\.so")),

@@ -5,7 +5,8 @@ the image's sglang_rvv only.
 It builds a transformers causal LM with seeded random BF16 weights at the requested shape, installs
 the policy (or not), runs a prefill and then greedy decode steps at M=1, and writes a mark between
 phases (a write(2) to count.c's MARK_FD, whose length is the mark number): mark 1 before the prefill,
-2 after it, then one after every decode step. With ``calls`` (policy on, bf16) it then calls one
+2 after it, then one after every decode step. With ``prefill_len``, last, two marks around a prefill
+of that many tokens from an empty cache. With ``calls`` (policy on, bf16) it then calls one
 packed projection (the first o_proj, M=1) that many times through the module, as the model does,
 and then its native op as many times with the same operands, a mark after each loop: what a
 projection call costs around its kernel. Last, the same op call compiled by torch.compile with
@@ -162,8 +163,18 @@ def main(spec):
             token = top1(out.logits[:, -1], -1).unsqueeze(-1)
             tokens.append(int(token))
             mark(3 + step)
+    next_mark = 3 + spec["decode_steps"]
     if spec.get("calls") and report is not None:
-        call_projection(model, report, spec["calls"], 3 + spec["decode_steps"], generator)
+        call_projection(model, report, spec["calls"], next_mark, generator)
+        next_mark += 5
+    if spec.get("prefill_len"):
+        # A long prompt from an empty cache, after everything else: a chat turn's first wait. Only
+        # its last token's logits, as generate, a server and llama.cpp compute them.
+        long_prompt = torch.randint(0, overrides["vocab_size"], (1, spec["prefill_len"]), generator=generator)
+        with torch.inference_mode():
+            mark(next_mark)
+            model(long_prompt, use_cache=True, logits_to_keep=1)
+            mark(next_mark + 1)
     with open("/proc/self/maps") as f:
         maps = f.read()
     # The BF16 bytes the packed projections replaced: what the model subtracts from a row-major

@@ -64,6 +64,28 @@ ANCHORS = (
 )
 
 
+# llama.cpp's published K1 figures (shared/board.md, "Peer numbers to predict"), each with the
+# counted row it is held to (compare.held_to_anchors). A calibration anchor is a plain-RVV run the
+# counter can emulate: the model predicts it and reports the error. IME instructions do not run
+# under qemu, so IME's figures are bounds only: what the plain path's prediction is set beside.
+PEER_ANCHORS = (
+    {"what": "llama.cpp plain RVV, TinyLlama-1.1B-Chat Q4_K_M, 8 threads, BPI-F3", "use": "calibration",
+     "model": "tinyllama-1.1b", "format": "Q4_K_M", "threads": 8, "compare_path": "vec_dot",
+     "decode_tok_s": 8.29, "prefill_tok_s": 12.46, "prefill_tokens": 512,
+     "source": "a public blog, 'Running a Local LLM on RISC-V: Building llama.cpp on a Banana Pi F3, Part 1' "
+               "(2026-02-27): GCC 14.2, -march=rv64gc_zfh_v_zvfh_zicbop_zihintpause, before the RVV repack "
+               "kernels (shared/board.md)"},
+    {"what": "llama.cpp SpacemiT IME1, Qwen3-0.6B Q4_0, 4 threads, K1", "use": "bound",
+     "model": "qwen3-0.6b", "format": "Q4_0", "threads": 4, "compare_path": "vec_dot",
+     "decode_tok_s": 11.73, "prefill_tok_s": 49.15, "prefill_tokens": 128,
+     "source": "llama.cpp docs/build-riscv64-spacemit.md (shared/board.md)"},
+    {"what": "llama.cpp SpacemiT IME1, Qwen2.5-0.5B Q4_0, 4 threads, K1", "use": "bound",
+     "model": "qwen2.5-0.5b", "format": "Q4_0", "threads": 4, "compare_path": "vec_dot",
+     "decode_tok_s": 10.03, "prefill_tok_s": 64.12, "prefill_tokens": 512,
+     "source": "llama.cpp PR #15288 (shared/board.md)"},
+)
+
+
 def c(name: str) -> float:
     return CONSTANTS[name].value
 
@@ -75,10 +97,12 @@ def component_cycles(name: str, values: dict) -> float:
     return scalar / c(f"ipc_{name}") + vector * c("vlen_bits") / c("dlen_bits")
 
 
-def predict(components: dict[str, dict], weight_bytes: int) -> dict:
-    """Per-token seconds by component, and tok/s, for one decode step's counts."""
+def predict(components: dict[str, dict], weight_bytes: int, threads: int | None = None) -> dict:
+    """Per-token seconds by component, and tok/s, for one decode step's counts, the kernel's blocks
+    over ``threads`` cores (default: the constant kernel_threads)."""
+    threads = threads or c("kernel_threads")
     cycles = {name: component_cycles(name, components[name]) for name in COMPONENT_NAMES}
-    seconds = {name: cycles[name] / c("freq_hz") / (c("kernel_threads") if name == "kernel" else 1)
+    seconds = {name: cycles[name] / c("freq_hz") / (threads if name == "kernel" else 1)
                for name in COMPONENT_NAMES}
     stream = weight_bytes / c("bandwidth_bytes_per_s")
     kernel_or_stream = max(stream, seconds["kernel"])
@@ -89,6 +113,33 @@ def predict(components: dict[str, dict], weight_bytes: int) -> dict:
             "bound": "weight stream" if stream >= seconds["kernel"] else "kernel instructions",
             # What a board's perf stat of the same step at one thread compares with (no stream bound).
             "cycles_one_thread": sum(cycles.values())}
+
+
+def predict_prefill(components: dict[str, dict], weight_bytes: int, shape: dict, counted: int,
+                    priced: int | None = None, threads: int | None = None) -> dict:
+    """A prefill of ``priced`` tokens (default: ``counted``) in one batch, from the counts of one of
+    ``counted`` tokens, by the decode step's rule: the weights stream once for all the tokens, so
+    the kernel's vector work, not the stream, bounds it (``bound`` says which did). A longer
+    prefill than the one counted grows every component by the ratio of the lengths and the
+    kernel by the ratio of the multiply-adds (prefill_macs: the attention grows with the position)."""
+    priced = priced or counted
+    growth = {name: priced / counted for name in components}
+    growth["kernel"] = prefill_macs(shape, priced) / prefill_macs(shape, counted)
+    scaled = {name: {k: v * growth[name] for k, v in values.items()} for name, values in components.items()}
+    p = predict(scaled, weight_bytes, threads)
+    return {**p, "seconds": p["seconds_per_token"], "tokens": priced,
+            "tok_per_s": priced / p["seconds_per_token"] if p["seconds_per_token"] else None}
+
+
+def prefill_macs(shape: dict, tokens: int) -> int:
+    """Multiply-adds of a causal prefill of ``tokens`` tokens: the projections per token, the
+    attention's scores and values growing with the position, and the logits of the last token
+    only (what a server and llama.cpp compute)."""
+    h, layers = shape["hidden_size"], shape["num_hidden_layers"]
+    q = shape["num_attention_heads"] * shape["head_dim"]
+    projections = weight_bytes_bf16({**shape, "vocab_size": 0}) // 2
+    attention = layers * 2 * q * tokens * (tokens + 1) // 2
+    return projections * tokens + attention + shape["vocab_size"] * h
 
 
 def weight_bytes_bf16(shape: dict) -> int:

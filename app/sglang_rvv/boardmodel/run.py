@@ -19,6 +19,7 @@ GUEST = Path(guest.__file__)
 # make bench's shapes: the three board models' and the default real model's.
 BENCH_SHAPES = ("qwen3-0.6b", "llama-3.2-1b", "deepseek-r1-distill-qwen-1.5b", "smollm2-135m-instruct")
 PER_TOKEN = "decode2"  # the second decode step: the first may still pay lazy first-call costs
+PREFILL = "prefill128"  # Workload.prefill_len's phase (named for the length the board model prices)
 
 
 class LayoutMissing(ToolError):
@@ -39,6 +40,7 @@ class Workload:
     decode_steps: int = 2
     seed: int = 0
     calls: int = 0            # then this many projection calls, and as many of its bare op (bf16 only)
+    prefill_len: int = 0      # last, a prefill of this many tokens from an empty cache (phase PREFILL)
 
     def __post_init__(self):
         if self.calls and not (self.policy and self.weight_dtype == "bf16"):
@@ -79,7 +81,7 @@ def spec(work: Workload, result: Path, pinned: dict | None = None, **extra) -> d
     result, and ``extra`` (the board's counters)."""
     return {"shape": shape(work.name, pinned), "policy": work.policy, "weight_dtype": work.weight_dtype,
             "lm_head_dtype": work.lm_head_dtype, "prompt_len": work.prompt_len, "decode_steps": work.decode_steps,
-            "seed": work.seed, "calls": work.calls, "result": str(result), **extra}
+            "seed": work.seed, "calls": work.calls, "prefill_len": work.prefill_len, "result": str(result), **extra}
 
 
 def outcome(work: Workload, proc: subprocess.CompletedProcess, result: Path) -> dict:
@@ -100,11 +102,14 @@ def phase_marks(work: Workload) -> dict[str, tuple[str, str]]:
     phases = {"prefill": ("1", "2")}
     for step in range(work.decode_steps):
         phases[f"decode{step + 1}"] = (str(2 + step), str(3 + step))
+    first = 3 + work.decode_steps
     if work.calls:  # work.calls of each, not per call: instruction counts are integers
-        first = 3 + work.decode_steps
         phases["projection_calls"] = (str(first), str(first + 1))
         phases["op_calls"] = (str(first + 1), str(first + 2))
         phases["compiled_calls"] = (str(first + 3), str(first + 4))  # after its compile
+        first += 5
+    if work.prefill_len:
+        phases[PREFILL] = (str(first), str(first + 1))
     return phases
 
 

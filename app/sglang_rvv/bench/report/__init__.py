@@ -26,6 +26,7 @@ from ..results import Run, RunDirError, load_run
 from .board import render as render_board
 from .markdown import render_comparison, render_run
 from .metrics import metric_rows, write_csv
+from .peer import render as render_peer
 from .plots import render_plots
 
 
@@ -36,7 +37,7 @@ def write_report(runs: list[Run], out_dir: Path) -> str:
     write_csv(out_dir / "metrics.csv", [row for run in runs for row in metric_rows(run)])
     markdown = render_run(runs[0], plots, out_dir) if len(runs) == 1 else render_comparison(runs, plots, out_dir)
     if len(runs) == 1:
-        markdown += render_board(runs[0].dir, out_dir)
+        markdown += render_board(runs[0].dir, out_dir) + render_peer(runs[0].dir)
     (out_dir / "report.md").write_text(markdown)
     return markdown
 
