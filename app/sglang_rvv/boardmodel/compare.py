@@ -2,7 +2,7 @@
 counted by one instrument and priced by one board model, side by side, into ``peer-compare.json``
 in a run directory whose path is the last line on stdout (progress on stderr).
 
-    [--shapes ...] [--formats ...] [--paths vec_dot repack] [--threads 4 8] [--layouts ...] [--run-dir DIR]
+    [--shapes ...] [--formats ...] [--paths vec_dot repack] [--threads 4 8] [--layouts ...] [--jobs N] [--run-dir DIR]
 
 Each engine's model is counted once (one guest thread, under the counting qemu) and priced at each
 thread count with the same constants (``model.CONSTANTS``). A published anchor (``model.PEER_ANCHORS``)
@@ -13,7 +13,9 @@ such a row is named on stderr and in the JSON, never matched to another row.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..bench.results import default_run_dir, utc_stamp
@@ -111,18 +113,23 @@ def parse(argv) -> argparse.Namespace:
                         help="shapes of images/lock.toml [tools.count.shapes] (default: %(default)s)")
     parser.add_argument("--formats", nargs="+", help="llama-quantize types for every shape (default: per shape, "
                         + "; ".join(f"{k}: {' '.join(v)}" for k, v in PEER_FORMATS.items()) + ")")
-    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS,
-                        help="llama.cpp's weight paths (default: both)")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS),
+                        help="llama.cpp's weight paths, vec_dot and repack (default: both; none: the appliance only)")
     parser.add_argument("--threads", nargs="+", type=int, default=list(THREADS),
                         help="board thread counts each count is priced at (default: %(default)s)")
     parser.add_argument("--layouts", nargs="+", default=list(OUR_LAYOUTS),
                         help="the appliance's layouts, through the policy's forward (none: llama.cpp only)")
     parser.add_argument("--prefill", type=int, default=128, help="the counted prefill's length (default 128)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="counts at a time (default: the cores)")
     parser.add_argument("--image", help=f"the riscv64 runtime image (default {rootfs.image_name()})")
     parser.add_argument("--run-dir", type=Path, help="write into this run directory (default: results/<host>/<UTC>)")
     args = parser.parse_args(argv)
     if args.layouts == ["none"]:
         args.layouts = []
+    if args.paths == ["none"]:
+        args.paths = []
+    if any(path not in PATHS for path in args.paths):
+        parser.error(f"--paths: choose from {', '.join(PATHS)} or none")
     bad = [layout for layout in args.layouts if layout not in WEIGHT_DTYPES]
     if bad:
         parser.error(f"unknown layout {bad[0]!r}: choose from {', '.join(WEIGHT_DTYPES)} or none")
@@ -132,36 +139,49 @@ def parse(argv) -> argparse.Namespace:
 
 
 def count_all(args) -> tuple[list[dict], dict]:
-    """Every count the arguments ask for, each priced at every thread count."""
+    """Every count the arguments ask for, ``args.jobs`` at a time (each one qemu process on one
+    guest thread: counts do not depend on what runs beside them), each priced at every thread count."""
     for name in args.shapes:
         run.shape(name)  # an unknown shape fails before anything is counted
-    host = peer_build.require("host")
-    build = peer_build.require("rvv")
-    known = peer_models.quantize_types(host.path)
-    formats = {name: tuple(args.formats or PEER_FORMATS.get(name, ("Q4_0",))) for name in args.shapes}
-    for fmt in {f for fs in formats.values() for f in fs}:
-        if fmt not in known:
-            raise tool.ToolError(f"unknown format {fmt!r}: llama-quantize knows {', '.join(sorted(known))}")
     counter = tool.build()
     scratch = run.scratch_dir()
-    rows, inputs = [], {"peer_build": build.manifest, "qemu_cpu": counter.qemu_cpu}
-    for name in args.shapes:
-        for fmt in formats[name]:
-            for path in args.paths:
-                work = peer.PeerWork(name, fmt, repack=path == "repack", prefill_len=args.prefill)
-                log(f"counting {work.label}")
-                result = peer.count(counter, build, work, scratch / "peer", log=log)
-                rows += [priced_row(result, "llama.cpp", path, fmt, t, result["bytes_per_token"]) for t in args.threads]
+    inputs, jobs = {"qemu_cpu": counter.qemu_cpu}, []
+    if args.paths:
+        host = peer_build.require("host")
+        build = peer_build.require("rvv")
+        known = peer_models.quantize_types(host.path)
+        formats = {name: tuple(args.formats or PEER_FORMATS.get(name, ("Q4_0",))) for name in args.shapes}
+        for fmt in {f for fs in formats.values() for f in fs}:
+            if fmt not in known:
+                raise tool.ToolError(f"unknown format {fmt!r}: llama-quantize knows {', '.join(sorted(known))}")
+        inputs["peer_build"] = build.manifest
+        for name in args.shapes:
+            for fmt in formats[name]:
+                peer_models.model_file(name, run.shape(name), fmt, log=log)  # made once, before the counts
+                for path in args.paths:
+                    work = peer.PeerWork(name, fmt, repack=path == "repack", prefill_len=args.prefill)
+                    jobs.append(("llama.cpp", path, fmt, work,
+                                 lambda work=work: peer.count(counter, build, work, scratch / "peer", log=log)))
     if args.layouts:
         root = rootfs.prepare(args.image)
         inputs["rootfs"] = rootfs.check(root)
         for name in args.shapes:
             for layout in args.layouts:
                 work = run.Workload(name, policy=True, weight_dtype=layout, prefill_len=args.prefill)
-                log(f"counting sglang-rvv {work.label} (the policy's forward)")
-                result = run.count(counter, root, work, scratch)
-                weight = model.streamed_bytes(result["shape"], result["packed_source_bytes"], result["packed_bytes"])
-                rows += [priced_row(result, "sglang-rvv", "policy forward", layout, t, weight) for t in args.threads]
+                jobs.append(("sglang-rvv", "policy forward", layout, work,
+                             lambda work=work: run.count(counter, root, work, scratch)))
+
+    def counted(job):
+        engine, path, fmt, work, count = job
+        log(f"counting {engine} {work.label}")
+        result = count()
+        weight = (result["bytes_per_token"] if engine == "llama.cpp" else
+                  model.streamed_bytes(result["shape"], result["packed_source_bytes"], result["packed_bytes"]))
+        log(f"counted {engine} {work.label} ({result['emulated_seconds']:.0f} s under qemu)")
+        return [priced_row(result, engine, path, fmt, t, weight) for t in args.threads]
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        rows = [row for priced in pool.map(counted, jobs) for row in priced]
     return rows, inputs
 
 

@@ -210,16 +210,3 @@ def bytes_per_token(path: Path) -> dict:
             "output_bytes": int(output.n_bytes), "output_type": output.tensor_type.name,
             "file_bytes": path.stat().st_size}
 
-
-def chat_prompt(path: Path, question: str) -> str:
-    """``question`` as one user turn in the GGUF's own chat template (tokenizer.chat_template), ready
-    for the assistant's answer: the text a plain completion CLI (llama-simple) is given."""
-    import gguf
-    import jinja2
-
-    reader = gguf.GGUFReader(str(path))
-    field = reader.get_field("tokenizer.chat_template")
-    if field is None:
-        raise ToolError(f"{path} has no tokenizer.chat_template: give the prompt as the model expects it")
-    template = jinja2.Environment().from_string(field.contents())
-    return template.render(messages=[{"role": "user", "content": question}], add_generation_prompt=True)
