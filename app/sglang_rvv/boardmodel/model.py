@@ -1,19 +1,23 @@
-"""The board model: a predicted decode time per token on the BPI-F3 from emulated counts.
+"""The board model: a predicted time per token on the BPI-F3 from emulated counts, the same for
+every engine counted (the appliance, and llama.cpp: ``compare``).
 
-Every constant is here, with its source or the word "assumption". Nothing is fitted: the one
-published anchor is shown beside the prediction, never used to tune it. The first board run's
-``perf stat`` instructions and cycles are what should replace the IPC
-assumptions.
+Every constant is here, with its source or the word "assumption". Nothing is fitted. The published
+figures it is held to (``PEER_ANCHORS``; ``ANCHORS`` for the appliance's own stack) are set beside
+its predictions with their errors, never used to tune it. The first board run's ``perf stat``
+instructions and cycles are what should replace the IPC assumptions.
 
     t(token) = max(weight_bytes / BANDWIDTH,                            the kernel overlaps its stream
-                   kernel_cycles / (FREQ x KERNEL_THREADS))             and splits over the cores
+                   kernel_cycles / (FREQ x threads))                    and splits over the cores
              + sum over the other components of cycles / FREQ          serial, one thread
     cycles(component) = scalar instructions / IPC[component]
                       + LMUL-weighted vector instructions x VLEN / DLEN   one vector op per DLEN slice
 
+A prefill of n tokens is priced by the same rule on its own counts (``predict_prefill``): the
+weights stream once for all n tokens, so its kernel's vector work, not the stream, sets its time.
+
 Counts are not cycles: the IPCs turn one into the other, and they are assumptions. The counts
-come from one guest thread (deterministic); on the board the kernel's blocks run on
-KERNEL_THREADS cores at once, everything else stays serial.
+come from one guest thread (deterministic); on the board the kernel's blocks run on ``threads``
+cores at once (KERNEL_THREADS unless a row names its own), everything else stays serial.
 """
 
 from __future__ import annotations
