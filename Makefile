@@ -42,7 +42,8 @@ help:
 	@echo "              into .cache/peer/ (PEER_VARIANTS='rvv host ime': also the board's SpacemiT IME1 build)"
 	@echo "make peer-compare - llama.cpp and the appliance counted under qemu and priced by one board model, side by side,"
 	@echo "              into RUN_DIR/peer-compare.json (SHAPES=, FORMATS= any llama-quantize type, THREADS=, PATHS=vec_dot|repack,"
-	@echo "              LAYOUTS= the appliance's layouts or none, RUN=DIR); the run directory is the last line"
+	@echo "              LAYOUTS= the appliance's layouts or none, PREFILL= the counted prefill's tokens (128), RUN=DIR);"
+	@echo "              the run directory is the last line"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make image-archive - make image, then podman save it to .cache/images/archives/ (a board loads it: Ansible's"
 	@echo "              sglang_rvv_build_image_archive)"
@@ -127,7 +128,7 @@ peer-build:
 peer-compare: venv count-setup peer-build
 	@$(PY) -m sglang_rvv.boardmodel.compare $(if $(SHAPES),--shapes $(SHAPES)) $(if $(FORMATS),--formats $(FORMATS)) \
 		$(if $(THREADS),--threads $(THREADS)) $(if $(PATHS),--paths $(PATHS)) $(if $(LAYOUTS),--layouts $(LAYOUTS)) \
-		$(if $(RUN),--run-dir $(RUN))
+		$(if $(PREFILL),--prefill $(PREFILL)) $(if $(RUN),--run-dir $(RUN))
 
 bench-serve: venv
 	$(PY) -m sglang_rvv.bench one-batch

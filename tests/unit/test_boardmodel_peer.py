@@ -53,9 +53,9 @@ def test_a_prefill_is_priced_by_its_vector_work_and_grows_by_its_multiply_adds()
 
 def test_the_calibration_anchor_gets_its_error_and_a_bound_only_its_ratio():
     rows = []
-    for name, fmt, threads in (("tinyllama-1.1b", "Q4_K_M", 8), ("qwen3-0.6b", "Q4_0", 4)):
+    for name, path, fmt, threads in (("tinyllama-1.1b", "vec_dot", "Q4_K_M", 8), ("qwen3-0.6b", "repack", "Q4_0", 4)):
         result = counted(name, step(300_000_000, 250_000_000, 9_000_000), step(0, 30_000_000_000, 300_000_000))
-        rows.append(compare.priced_row(result, "llama.cpp", "vec_dot", fmt, threads, 640_000_000))
+        rows.append(compare.priced_row(result, "llama.cpp", path, fmt, threads, 640_000_000))
     anchors = compare.held_to_anchors(rows)
     tiny = next(a for a in anchors if a["model"] == "tinyllama-1.1b")
     assert tiny["use"] == "calibration" and tiny["comparable"].startswith("llama.cpp vec_dot tinyllama-1.1b")
@@ -63,8 +63,10 @@ def test_the_calibration_anchor_gets_its_error_and_a_bound_only_its_ratio():
     assert rows[0]["published_tok_s"] == {"decode": 8.29, "prefill": 12.46, "prefill_test": "pp512"}
     assert tiny["error"]["prefill"] == pytest.approx(rows[0]["modelled_anchor_prefill_tok_s"] / 12.46 - 1)
     assert rows[0]["modelled_anchor_prefill_tok_s"] < rows[0]["modelled_prefill_tok_s"]  # pp512 costs more a token
+    assert rows[0]["modelled_prefill_tokens"] == 128 and rows[0]["prefill_tokens"] == 128  # priced at the target's
     ime = next(a for a in anchors if a["model"] == "qwen3-0.6b")
-    assert ime["use"] == "bound" and rows[1]["published_tok_s"] is None  # a bound never calibrates a row
+    assert ime["use"] == "bound" and ime["comparable"].startswith("llama.cpp repack qwen3-0.6b")  # the best plain path
+    assert rows[1]["published_tok_s"] is None  # a bound never calibrates a row
     missing = next(a for a in anchors if a["model"] == "qwen2.5-0.5b")
     assert missing["comparable"] is None and "error" not in missing
 
@@ -98,7 +100,14 @@ def test_bad_arguments_are_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         compare.parse(["--threads", "16"])
     assert "the K1 has 8 cores" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.parse(["--prefill", "0"])
+    assert "give at least 1 token" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.parse(["--paths", "gemm"])
+    assert "--paths: choose from vec_dot, repack or none" in capsys.readouterr().err
     assert compare.parse(["--layouts", "none"]).layouts == []
+    assert compare.parse(["--paths", "none"]).paths == []
 
 
 def test_a_missing_peer_build_names_the_command_that_makes_it(tmp_path, monkeypatch, capsys):
@@ -146,3 +155,13 @@ def test_the_peer_names_its_phases_as_the_appliances_guest_does():
     assert run.phase_marks(ours)[run.PREFILL] == ("10", "11")  # after the projection calls' marks
     assert counts.component_of("libggml-cpu.so") == "kernel"
     assert counts.component_of("libllama.so") == counts.component_of("libggml-base.so") == "other"
+
+
+def test_a_short_counted_prefill_is_priced_at_the_targets_128_tokens():
+    result = counted("qwen3-0.6b", step(1, 0, 1), step(0, 1_600_000_000, 16_000_000), tokens=16)
+    row = compare.priced_row(result, "llama.cpp", "repack", "Q4_0", 4, 375_000_000)
+    assert row["prefill_tokens"] == 16 and row["prefill16_instructions"] == 1_616_000_000
+    shape = run.shape("qwen3-0.6b")
+    growth = model.prefill_macs(shape, 128) / model.prefill_macs(shape, 16)
+    seconds = 3.2e9 * growth / 1.6e9 / 4 + 16e6 * 8 / 0.7 / 1.6e9
+    assert row["modelled_prefill_tok_s"] == pytest.approx(128 / seconds)

@@ -25,7 +25,7 @@ def _pct(value) -> str:
 
 def section(data: dict) -> str:
     head = ["engine", "path", "model", "format", "threads", "decode (M insns)", "outside the kernel (M insns)",
-            "weight MB/token", "decode tok/s", "decode bound", "prefill (M insns)", "prefill tok/s", "published",
+            "weight MB/token", "decode tok/s", "decode bound", "prefill (M insns)", "pp128 tok/s", "published",
             "error"]
     rows = []
     for r in data["peers"]:
@@ -34,7 +34,7 @@ def section(data: dict) -> str:
         rows.append([r["engine"], r["path"], r["model"], r["format"], r["threads"],
                      f"{r['decode_instructions'] / 1e6:.1f}", f"{r['decode_outside_kernel_instructions'] / 1e6:.2f}",
                      f"{r['bytes_per_token'] / 1e6:.1f}", _tok(r["modelled_decode_tok_s"]), r["decode_bound"],
-                     f"{r[f'prefill{tokens}_instructions'] / 1e6:.0f} (pp{tokens})",
+                     f"{r[f'prefill{tokens}_instructions'] / 1e6:.0f} (pp{tokens} counted)",
                      _tok(r["modelled_prefill_tok_s"]),
                      "" if not published else f"tg {published['decode']}, {published['prefill_test']} "
                                               f"{published['prefill']}",
@@ -55,8 +55,8 @@ def section(data: dict) -> str:
     constants = [f"- `{name}` = {c['value']:g} {c['unit']}: {c['source']}" for name, c in data["constants"].items()]
     return "\n\n".join([
         f"*{data['label']}.* Each engine's model counted once under qemu (one guest thread), and priced at each "
-        "thread count by the same board model and constants: a decode token at M=1 (the second step), a prefill of "
-        "the counted length in one batch.", _table(head, rows),
+        "thread count by the same board model and constants: a decode token at M=1 (the second step), and a "
+        "128-token prefill in one batch, priced from the counted one.", _table(head, rows),
         "Ours / llama.cpp, against the product's targets:", _table(
             ["what", "model", "threads", "ours", "llama.cpp", "ratio", "target", ""], ratio_rows),
         "Published anchors (a calibration anchor's error; IME only bounds: qemu cannot run its instructions):",
