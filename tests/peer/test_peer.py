@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 BASELINE = Path(__file__).with_name("data") / "peer-count-baseline.json"
 QEMU_STATIC = "/usr/bin/qemu-riscv64-static"
 # The question as one user turn in the model's ChatML, without the default system turn its chat
-# template adds: with that turn this Q4_1 model's first token is a near-tie ("The" 25.33 against "L"
-# 25.24 in transformers' dequantized GGUF), which VLEN 256's summation order tips to "L'Étoile";
-# without it "The" leads by 1.7 and every token to "Paris" by at least 1.6.
+# template adds: with that turn this Q4_1 model's first token is a near-tie, which VLEN 256's
+# summation order tips away from "The"; without it every token up to "Paris" leads clearly (README,
+# "Side by side with llama.cpp", has the logits).
 PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 # The small count's workload: the generated tiny shape at Q4_0 on llama.cpp's vec_dot path, a
 # 16-token prefill (the gate is the decode step; the prefill phase only has to be there).

@@ -6,7 +6,7 @@ libggml-cpu, are the ``kernel`` component; llama and ggml-base fall in ``other``
 Phases: ``prefill`` (the 4-token prompt), ``decode1``..``decodeN`` (greedy steps at M=1; the board
 model prices ``run.PER_TOKEN``, the second step, as it does ours), and ``prefill128`` (a
 128-token prompt in one batch, after the memory is cleared): the marks the appliance's guest
-writes, so ``run.phase_marks`` names both.
+writes, so ``run.counted_phases`` reads both.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from . import counts, peer_build, peer_models
-from .run import phase_marks, shape
+from . import peer_build, peer_models
+from .run import counted_phases, shape
 from .tool import Tool, ToolError
 
 
@@ -62,16 +62,9 @@ def count(tool: Tool, build: peer_build.Build, work: PeerWork, scratch: Path, lo
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolError(f"{work.label}: llama.cpp's peer-count failed (exit {proc.returncode}) on {model.name}: {last}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    tables = counts.parse_tables(table.read_text(), counts.Maps.parse(maps.read_text()))
-    marks = phase_marks(work)
-    missing = sorted({m for pair in marks.values() for m in pair if m not in tables}, key=int)
-    if missing:
-        raise ToolError(f"{work.label}: the count table has no mark {', '.join(missing)}: the plugin did not "
-                        "see peer-count's marks")
-    phases = {name: tables[last].minus(tables[first]) for name, (first, last) in marks.items()}
     weights = peer_models.bytes_per_token(model)
     return {"workload": asdict(work), "label": work.label, "engine": "llama.cpp", "shape": shape(work.name),
             "emulated_seconds": seconds, "tokens": out["tokens"], "gguf": model.name,
             "build": {k: build.manifest[k] for k in ("variant", "compiler", "compiler_version", "sdist_sha256")},
             **weights,
-            "phases": {name: {"components": c.by_component(), "libraries": c.libraries} for name, c in phases.items()}}
+            "phases": counted_phases(work, table.read_text(), maps.read_text())}

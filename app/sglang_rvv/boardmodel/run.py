@@ -130,20 +130,25 @@ def count(tool: Tool, root: Path, work: Workload, scratch: Path, python: Path | 
                            json.dumps(argument)], env={**environment(), **(env or {})}, capture_output=True, text=True)
     seconds = round(time.monotonic() - began, 1)
     out = outcome(work, proc, result)
-    tables = counts.parse_tables(table.read_text(), counts.Maps.parse(out["maps"]))
+    return {"workload": asdict(work), "label": work.label, "shape": argument["shape"],
+            "emulated_seconds": seconds, "tokens": out["tokens"], "guest_torch": out["torch"],
+            "packed_bytes": (out["report"] or {}).get("packed_bytes", 0),
+            "packed_source_bytes": out["packed_source_bytes"],
+            "provider": (out["report"] or {}).get("provider"),
+            "phases": counted_phases(work, table.read_text(), out["maps"])}
+
+
+def counted_phases(work, table: str, maps: str) -> dict[str, dict]:
+    """Each of ``work``'s phases (phase_marks) from a count table and the guest's maps: its counts
+    per component and per library. A mark the table lacks is an error naming it."""
+    tables = counts.parse_tables(table, counts.Maps.parse(maps))
     marks = phase_marks(work)
     missing = sorted({m for pair in marks.values() for m in pair if m not in tables}, key=int)
     if missing:
         raise ToolError(f"{work.label}: the count table has no mark {', '.join(missing)}: the plugin "
                         "did not see the guest's marks")
     phases = {name: tables[last].minus(tables[first]) for name, (first, last) in marks.items()}
-    return {"workload": asdict(work), "label": work.label, "shape": argument["shape"],
-            "emulated_seconds": seconds, "tokens": out["tokens"], "guest_torch": out["torch"],
-            "packed_bytes": (out["report"] or {}).get("packed_bytes", 0),
-            "packed_source_bytes": out["packed_source_bytes"],
-            "provider": (out["report"] or {}).get("provider"),
-            "phases": {name: {"components": c.by_component(), "libraries": c.libraries}
-                       for name, c in phases.items()}}
+    return {name: {"components": c.by_component(), "libraries": c.libraries} for name, c in phases.items()}
 
 
 def workloads(shapes, layouts, lm_head: str | None = None) -> list[Workload]:
