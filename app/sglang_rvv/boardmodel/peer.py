@@ -44,7 +44,8 @@ class PeerWork:
 
 def count(tool: Tool, build: peer_build.Build, work: PeerWork, scratch: Path, log=None) -> dict:
     """Run ``work`` once under the counter; its phases' counts per component and library."""
-    model = peer_models.model_file(work.name, shape(work.name), work.fmt, log=log)
+    model_shape = shape(work.name)
+    model = peer_models.model_file(work.name, model_shape, work.fmt, log=log)
     scratch.mkdir(parents=True, exist_ok=True)
     table, maps = scratch / f"{work.label}.count", scratch / f"{work.label}.maps"
     table.unlink(missing_ok=True)
@@ -63,7 +64,7 @@ def count(tool: Tool, build: peer_build.Build, work: PeerWork, scratch: Path, lo
         raise ToolError(f"{work.label}: llama.cpp's peer-count failed (exit {proc.returncode}) on {model.name}: {last}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     weights = peer_models.bytes_per_token(model)
-    return {"workload": asdict(work), "label": work.label, "engine": "llama.cpp", "shape": shape(work.name),
+    return {"workload": asdict(work), "label": work.label, "engine": "llama.cpp", "shape": model_shape,
             "emulated_seconds": seconds, "tokens": out["tokens"], "gguf": model.name,
             "build": {k: build.manifest[k] for k in ("variant", "compiler", "compiler_version", "sdist_sha256")},
             **weights,

@@ -10,7 +10,6 @@ again and a cut-short one is never taken. The tokenizer is ``no_vocab`` (llama.c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
@@ -21,7 +20,7 @@ from . import peer_build
 from .tool import ToolError
 
 WRITER_VERSION = 1  # bump when the tensors or metadata written here change
-_ARCHS = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+# The architectures written here (llama.cpp names them as transformers does), with their RMSNorm eps.
 _RMS_EPS = {"llama": 1e-5, "qwen2": 1e-6, "qwen3": 1e-6}
 # HF parameter name (under model.layers.N.) -> GGUF tensor name (under blk.N.), as llama.cpp's
 # convert_hf_to_gguf.py names them.
@@ -80,11 +79,11 @@ def write_bf16(shape: dict, seed: int, out: Path) -> None:
     from .. import tiny
 
     arch = shape["arch"]
-    if arch not in _ARCHS:
-        raise ToolError(f"no GGUF writer for architecture {arch!r}: choose a shape of {sorted(_ARCHS)}")
+    if arch not in _RMS_EPS:
+        raise ToolError(f"no GGUF writer for architecture {arch!r}: choose a shape of {sorted(_RMS_EPS)}")
     overrides = {k: v for k, v in shape.items() if k != "arch"}
     model = tiny.build_model(arch, seed=seed, **overrides)
-    writer = gguf.GGUFWriter(str(out), _ARCHS[arch])
+    writer = gguf.GGUFWriter(str(out), arch)
     writer.add_name(f"sglang-rvv peer {arch} seed {seed}")
     writer.add_context_length(shape["max_position_embeddings"])
     writer.add_embedding_length(shape["hidden_size"])
@@ -104,9 +103,9 @@ def write_bf16(shape: dict, seed: int, out: Path) -> None:
     tied = model.config.tie_word_embeddings
     for name, param in model.state_dict().items():
         target = gguf_name(name)
-        if target is None or (tied and target == "output.weight"):
-            if target is None:
-                raise ToolError(f"{arch}: no GGUF name for the parameter {name}")
+        if target is None:
+            raise ToolError(f"{arch}: no GGUF name for the parameter {name}")
+        if tied and target == "output.weight":
             continue
         value = param.detach()
         if arch == "llama" and target.endswith(("attn_q.weight", "attn_k.weight")):
@@ -183,14 +182,6 @@ def model_file(shape_name: str, shape: dict, fmt: str, seed: int = 0, log=None) 
             raise ToolError(f"llama-quantize {bf16.name} to {fmt} failed (exit {result.returncode}): {last}")
         _publish(tmp, path, inputs)
     return path
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def bytes_per_token(path: Path) -> dict:
