@@ -8,8 +8,9 @@
 #         llama-bench, llama-simple, llama-quantize and peer-count (peer/driver), with the
 #         toolchain's riscv64 C and C++ runtime in sysroot/ (qemu -L on any host; on a board,
 #         sysroot/lib/ld-linux-riscv64-lp64d.so.1 --library-path sysroot/lib BINARY)
-#   ime   the same with the SpacemiT IME1 backend (lock: ime_flags), for make reproduce on a K1:
-#         built here, never run (qemu has no IME instructions)
+#   ime   the same with the SpacemiT IME1 backend (lock: ime_flags), for make reproduce on a K1,
+#         never run here (qemu has no IME instructions). It needs a toolchain that assembles
+#         SpacemiT's vmadot: Debian's GCC and binutils do not, and the build says so at configure
 #   host  llama-quantize for this host (static), to make the GGUF files
 #
 # Each variant goes to .cache/peer/llama.cpp-VARIANT/ (SGLANG_RVV_PEER_DIR overrides .cache/peer)
@@ -153,11 +154,18 @@ build_variant() {
 set -e
 cmake -S /src -B build -DCMAKE_C_COMPILER=${CC} -DCMAKE_CXX_COMPILER=${CXX} ${flags[*]} > configure.log
 grep -E 'RISCV64_SPACEMIT_IME_SPEC|riscv64 detected|CMAKE_BUILD_TYPE' configure.log || true
-cmake --build build -j $(nproc) --target ${TARGETS[*]} > build.log 2>&1 || { tail -n 40 build.log; exit 1; }
-mkdir -p out/bin
-cp -a build/bin/. out/bin/
 EOF
 )
+  if [[ ${variant} == ime ]]; then
+    # Configure probes the assembler with vmadot. Without IME1 the build would fail minutes later
+    # at GCC's -march: llama.cpp asks GCC >= 15 for xsmtvdotii, which only SpacemiT's GCC knows.
+    script+=$'\n'"grep -q RISCV64_SPACEMIT_IME1 configure.log || { echo '${CXX} and its assembler know no IME1 \
+instruction (vmadot, extension xsmtvdotii): upstream GNU binutils and GCC lack them, so the IME build needs the \
+SpacemiT toolchain (llama.cpp docs/build-riscv64-spacemit.md), which this build does not have' >&2; exit 3; }"
+  fi
+  script+=$'\n'"cmake --build build -j $(nproc) --target ${TARGETS[*]} > build.log 2>&1 || { tail -n 40 build.log; exit 1; }
+mkdir -p out/bin
+cp -a build/bin/. out/bin/"
   if [[ ${variant} != host ]]; then
     # peer-count, on the build's own libraries; and the toolchain's riscv64 runtime beside them.
     script+=$'\n'"${CXX} -O2 -std=c++17 -Wall -Wextra -Werror -I/src/include -I/src/ggml/include \
@@ -168,10 +176,7 @@ for lib in ld-linux-riscv64-lp64d.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc
 done"
   fi
   heartbeat "llama.cpp ${variant} build" in_toolchain bash -c "${script}" \
-    || die "the llama.cpp ${variant} build failed (its build log's last lines are above)"
-  if [[ ${variant} == ime ]] && ! grep -q 'RISCV64_SPACEMIT_IME1' "${WORKDIR}/configure.log"; then
-    die "${CXX} cannot assemble IME1 (vmadot): llama.cpp's configure found no RISCV64_SPACEMIT_IME1"
-  fi
+    || die "the llama.cpp ${variant} build failed (the lines above say why)"
   if [[ ${variant} != host ]]; then
     # llama.cpp derives -march from the GGML_RV_* flags: it must be the K1's the lock names.
     local march

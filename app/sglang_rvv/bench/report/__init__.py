@@ -14,7 +14,9 @@ This package holds the command; its modules each import only those listed before
 :mod:`.stats` (sample and request statistics), :mod:`.summaries` (one run, per kind),
 :mod:`.targets` (the targets and their verdicts), :mod:`.metrics` (the CSV rows),
 :mod:`.markdown` (report.md and the comparison) and :mod:`.plots` (the PNGs);
-:mod:`.board` (the board model's section, from ``board-model.json``) uses :mod:`.markdown`'s table and :mod:`.charts`.
+:mod:`.board` (the board model's section, from ``board-model.json``) uses :mod:`.markdown`'s table and :mod:`.charts`;
+:mod:`.peer` (``peer-compare.json``, modelled) and :mod:`.peer_bench` (``peer-bench.json``, llama-bench measured on
+the board beside the suite's own numbers) use :mod:`.board`'s loader.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .board import render as render_board
 from .markdown import render_comparison, render_run
 from .metrics import metric_rows, write_csv
 from .peer import render as render_peer
+from .peer_bench import render as render_peer_bench
 from .plots import render_plots
 
 
@@ -37,7 +40,7 @@ def write_report(runs: list[Run], out_dir: Path) -> str:
     write_csv(out_dir / "metrics.csv", [row for run in runs for row in metric_rows(run)])
     markdown = render_run(runs[0], plots, out_dir) if len(runs) == 1 else render_comparison(runs, plots, out_dir)
     if len(runs) == 1:
-        markdown += render_board(runs[0].dir, out_dir) + render_peer(runs[0].dir)
+        markdown += render_board(runs[0].dir, out_dir) + render_peer(runs[0].dir) + render_peer_bench(runs[0])
     (out_dir / "report.md").write_text(markdown)
     return markdown
 
