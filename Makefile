@@ -20,13 +20,14 @@ INVENTORY ?= ansible/inventory/example.yml
 # build, deploy and gateway.
 BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
-.PHONY: help venv check test peer-test lint bench bench-serve board-model board-gate count-setup peer-build peer-compare serve clean \
+.PHONY: help venv check test lane-times peer-test lint bench bench-serve board-model board-gate count-setup peer-build peer-compare serve clean \
 	$(BOARD_PLAYBOOKS)
 
 help:
 	@echo "make venv   - create .venv from requirements/lock.txt (the pinned stack)"
 	@echo "make check  - the fast tier: tests/unit and tests/integration (no server, no container; a few minutes)"
-	@echo "make test   - the whole suite, in two lanes at once"
+	@echo "make test   - the whole suite, in two lanes at once, balanced by the last run's per-file times"
+	@echo "make lane-times - keep the last make test's per-file times (tests/lane-times.json) for a fresh clone's lanes"
 	@echo "make peer-test - the peer's tier (tests/peer): llama.cpp built, answering under qemu, one small count"
 	@echo "make lint   - ruff, shellcheck, yamllint, ansible-lint"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
@@ -39,7 +40,7 @@ help:
 	@echo "              SERVING=MODEL_DIR: SGLang's serving loop of that checkpoint too, every process, per token;"
 	@echo "              LM_HEAD_DTYPE=int4: lm_head in that layout in every policy-on count)"
 	@echo "make peer-build - llama.cpp, the board model's peer (peer/build.sh): riscv64 RVV and a host llama-quantize,"
-	@echo "              into .cache/peer/ (PEER_VARIANTS='rvv host ime': also the board's SpacemiT IME1 build)"
+	@echo "              into .cache/peer/ (the board's IME1 build, ime, needs SpacemiT's toolchain)"
 	@echo "make peer-compare - llama.cpp and the appliance counted under qemu and priced by one board model, side by side,"
 	@echo "              into RUN_DIR/peer-compare.json (SHAPES=, FORMATS= any llama-quantize type, THREADS=, PATHS=vec_dot|repack,"
 	@echo "              LAYOUTS= the appliance's layouts or none, PREFILL= the counted prefill's tokens (128), RUN=DIR);"
@@ -76,11 +77,15 @@ $(VENV)/.installed: requirements/lock.txt pyproject.toml
 check: venv
 	$(PYTEST) -m "unit or integration"
 
-# Two pytest runs at once (tests/lanes.py): the tests that emulate riscv64 keep one core busy
-# with qemu-user, and the rest run beside them. Each lane lists its slowest tests and its wall
-# time per test file at the end: CI has a time limit, and this is where it goes.
+# Two pytest runs at once (tests/lanes.py), the test files split between them by the last run's
+# wall time per file. Each lane lists its slowest tests and its wall time per test file at the
+# end: CI has a time limit, and this is where it goes.
 test: venv lint
 	$(PY) tests/lanes.py --durations=25
+
+# A fresh clone (CI) has no last run: it balances its lanes by the times kept here.
+lane-times:
+	cp .cache/test-lanes/times.json tests/lane-times.json
 
 # llama.cpp, the board model's peer, built and run under qemu (tests/peer): not in make test yet.
 peer-test: venv

@@ -1,3 +1,4 @@
+import json
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -11,6 +12,11 @@ INFRA = TESTS / "infra"
 # The tiers, one a directory, each a marker of the same name (pyproject.toml lists them):
 # `make check` runs the first two, `make test` all but peer (`make peer-test`: tests/peer says why).
 TIERS = ("unit", "integration", "e2e", "images", "ansible", "infra", "peer")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--file-times", metavar="JSON", default=None,
+                     help="write each test file's wall time here at the end (tests/lanes.py balances by it)")
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
@@ -54,9 +60,12 @@ def pytest_runtest_protocol(item, nextitem):
         _FILE_SECONDS[item.path.relative_to(TESTS.parent).as_posix()] += time.monotonic() - began
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     if not _FILE_SECONDS:
         return
+    if config.getoption("file_times"):
+        times = {name: round(seconds, 1) for name, seconds in sorted(_FILE_SECONDS.items())}
+        Path(config.getoption("file_times")).write_text(json.dumps(times, indent=1) + "\n")
     terminalreporter.section("wall time per test file")
     for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{seconds:8.0f} s  {path}")

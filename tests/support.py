@@ -9,12 +9,20 @@ import torch
 # The app's own metric (the riscv64 smoke judges with it too), re-exported for the tests.
 from sglang_rvv.smoke.comparison import MIN_SQNR_DB, sqnr_db
 
-__all__ = ["MIN_SQNR_DB", "PROMPTS", "assert_bf16_close", "assert_layout_floors", "assert_same_greedy",
-           "chat_greedy_text", "generate_greedy", "rss_bytes", "assert_whole_weights", "same_greedy", "sqnr_db"]
+__all__ = ["CAPITAL_PROMPT", "MIN_SQNR_DB", "PROMPTS", "assert_bf16_close", "assert_layout_floors",
+           "assert_same_greedy", "generate_greedy", "greedy_reply", "rss_bytes", "assert_whole_weights", "same_greedy",
+           "sqnr_db"]
 
 GREEDY_TOKENS = 8
 # The greedy prompts the flag-on vs flag-off comparisons use.
 PROMPTS = ["Hello, how are you", "The board has eight cores", "Once upon a time there", "Tokens per second"]
+# The capital question as one user turn in the default model's ChatML (SmolLM2-135M-Instruct),
+# without the default system turn its chat template adds. With that turn the first token is a
+# near-tie ("The" 25.33 against "L" 25.24 in transformers' dequantized GGUF) that a summation
+# order can tip; without it every token up to "Paris" leads by 1.6 nats or more (README, "Side by
+# side with llama.cpp"). It is 15 tokens against the template's 37: under qemu a prompt token
+# costs about a decode token.
+CAPITAL_PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 STATM_PAGE = 4096  # statm counts pages: 4 KiB on this x86-64 host
 TIE_TOLERANCE = 0.05  # nats; bf16 rounding differs between F.linear and the packed kernel
 
@@ -48,33 +56,26 @@ def packed_keys(policy) -> set[tuple[str, int, int, int, str, int]]:
     return keys
 
 
-def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS,
-                    timeout: float = 120.0) -> list[tuple[int, float, dict[int, float]]]:
-    """Greedy tokens from SGLang's /generate, with their logprob and the top-5 alternatives per step."""
+def greedy_reply(server, prompt: str, max_new: int = GREEDY_TOKENS, timeout: float = 120.0,
+                 ignore_eos: bool = True) -> tuple[str, list[tuple[int, float, dict[int, float]]]]:
+    """The greedy text from SGLang's /generate, and its tokens with their logprob and the top-5
+    alternatives per step."""
     reply = server.post("/generate", {
         "text": prompt, "return_logprob": True, "top_logprobs_num": 5,
-        "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
+        "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": ignore_eos},
     }, timeout=timeout)
     meta = reply["meta_info"]
     steps = []
     for (logprob, token, _), top in zip(meta["output_token_logprobs"], meta["output_top_logprobs"], strict=True):
         steps.append((token, logprob, {t: lp for lp, t, _ in top}))
-    return steps
+    return reply["text"], steps
 
 
-def chat_greedy_text(server, question: str, max_tokens: int,
-                     timeout: float = 120.0) -> tuple[str, list[tuple[str, float, dict[str, float]]]]:
-    """The greedy chat answer to ``question`` from ``/v1/chat/completions`` (the model's own chat
-    template), and its tokens with their logprob and the top-5 alternatives per step, as
-    generate_greedy's steps but with the token's text for its id (the API gives no ids)."""
-    reply = server.post("/v1/chat/completions", {
-        "model": server.model_path, "messages": [{"role": "user", "content": question}],
-        "max_tokens": max_tokens, "temperature": 0, "logprobs": True, "top_logprobs": 5,
-    }, timeout=timeout)
-    (choice,) = reply["choices"]
-    steps = [(step["token"], step["logprob"], {top["token"]: top["logprob"] for top in step["top_logprobs"]})
-             for step in choice["logprobs"]["content"]]
-    return choice["message"]["content"], steps
+def generate_greedy(server, prompt: str, max_new: int = GREEDY_TOKENS,
+                    timeout: float = 120.0) -> list[tuple[int, float, dict[int, float]]]:
+    """Greedy tokens from SGLang's /generate (the EOS ignored), with their logprob and the top-5
+    alternatives per step."""
+    return greedy_reply(server, prompt, max_new, timeout)[1]
 
 
 def assert_layout_floors(results: list, floors: dict[str, tuple[float, float, float]]) -> None:

@@ -20,6 +20,8 @@ from image_support import free_port, head_commit, user_checkpoint
 from sglang_rvv.bench.results import load_run
 
 TARGET = "deploy-target"
+# Its own compose project: the appliances of the tests in the other lane of `make test` run beside it.
+PROJECT = "sglang-rvv-deploy"
 MODEL_NAME = "Board-Model"
 
 
@@ -42,6 +44,7 @@ def deploy(tmp_path_factory):
         "sglang_rvv_group_size": "64",
         "sglang_rvv_lm_head_dtype": "int4",
         "sglang_rvv_port": port,
+        "sglang_rvv_service_project": PROJECT,
         # This host has podman 4.3 and no systemd as init: compose, from the locked venv.
         "sglang_rvv_service_compose": str(BIN / "podman-compose"),
         "sglang_rvv_infra_checks": ["service"],
@@ -54,7 +57,7 @@ def deploy(tmp_path_factory):
         runs["deploy again"] = playbook(path, "deploy.yml")
     yield path, port, runs, work
     subprocess.run([REPO / "images/scripts/compose.sh", "down"], capture_output=True, timeout=300,
-                   env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose")})
+                   env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose"), "SGLANG_RVV_PROJECT": PROJECT})
 
 
 def test_build_ships_the_commit_and_builds_the_images(deploy):
@@ -122,6 +125,8 @@ def gateway(deploy):
     if gateway_runs["gateway"].returncode == 0:
         gateway_runs["gateway again"] = playbook(fleet, "gateway.yml")
     yield fleet, gateway_port, gateway_runs, port
+    # The role's compose.sh ran in this process's environment, so its gateway is this lane's
+    # (SGLANG_RVV_PROJECT's, when set): the same environment takes it down.
     subprocess.run([REPO / "images/scripts/compose.sh", "down"], capture_output=True, timeout=300,
                    env={**os.environ, "PODMAN_COMPOSE": str(BIN / "podman-compose")})
 

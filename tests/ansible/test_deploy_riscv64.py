@@ -5,8 +5,9 @@ ARCH=riscv64`) and handed in with podman save/load, not rebuilt: build.yml loads
 deploy.yml serves it with the service role (compose, the board's CPU model for qemu), both change
 nothing on a second run, and the host checks pass (the image's arch and labels against the lock,
 the container's machine, a served completion). The served riscv64 appliance (flag on, the RVV
-kernels) gives the amd64 appliance's greedy chat answer (naming Paris), and every projection of it takes the packed
-route. An archive of another commit or arch, or none, is refused before anything is copied.
+kernels) gives the amd64 appliance's greedy answer to the capital question in the model's ChatML
+(naming Paris), and every projection of it takes the packed route. An archive of another commit
+or arch, or none, is refused before anything is copied.
 
 The controller and the "board" share this host's podman storage, so the image's tag is removed
 before build.yml runs (the load puts it back; the fixture restores it if a run failed).
@@ -29,17 +30,18 @@ from image_support import HOST_ARCH, Container, free_port, head_commit, image_id
 
 from sglang_rvv.bench.serving import linear_calls
 from sglang_rvv.launch.process import SGLangServer
-from support import assert_same_greedy, chat_greedy_text
+from support import CAPITAL_PROMPT, assert_same_greedy, greedy_reply
 
 TARGET = "emulated-riscv64-board"
 PROJECT = "sglang-rvv-emulated-board"  # its own compose project: the lanes' appliances run beside it
 MODEL = lock_get("models.default")
 REQUEST_TIMEOUT = 1800  # one request under qemu (never a speed)
-# One chat question, 8 greedy tokens ("The capital of France is Paris." is 7), not the issue's
-# 16 of a few prompts: under qemu a token of this model takes about 20 s (its RVV kernels' vector
-# instructions are emulated one by one), and the chat template's prefill (its default system
-# prompt: 30-odd tokens) minutes more, past SGLang's 300 s watchdog (compose.sh raises it).
-QUESTION, ANSWER_TOKENS = "What is the capital of France?", 8
+# The capital question as one user turn of the model's ChatML (support.CAPITAL_PROMPT: 15 tokens,
+# not the chat template's 37 with its default system turn), 8 greedy tokens ("The capital of
+# France is Paris." is 7): under qemu a prompt token or a generated one of this model takes about
+# 15 to 20 s (its RVV kernels' vector instructions are emulated one by one), so the template's
+# system turn alone cost minutes.
+ANSWER_TOKENS = 8
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 
 
@@ -121,9 +123,9 @@ def test_the_riscv64_appliance_serves_under_qemu(archive, deploy):
         assert 'provider="rvv"' in response.read().decode()
 
 
-def test_the_riscv64_chat_answer_is_the_amd64_appliances(archive, deploy, tmp_path):
-    """The same greedy chat answer up to a bf16 near tie, naming Paris: the RVV kernels under
-    qemu against this host's amd64 appliance, both served by SGLang with the flag."""
+def test_the_riscv64_answer_is_the_amd64_appliances(archive, deploy, tmp_path):
+    """The same greedy answer up to a bf16 near tie, naming Paris: the RVV kernels under qemu
+    against this host's amd64 appliance, both served by SGLang with the flag."""
     _, port, runs, _ = deploy
     succeeded(runs, "deploy")
     # The amd64 model image of the default model (base and runtime shared with the other tests).
@@ -131,13 +133,14 @@ def test_the_riscv64_chat_answer_is_the_amd64_appliances(archive, deploy, tmp_pa
     amd64 = Container(f"localhost/sglang-rvv:{lock_get('app.version')}-{MODEL}-{HOST_ARCH}")
     try:
         amd64.wait_healthy()
-        _, want = chat_greedy_text(SGLangServer(MODEL, port=amd64.port, log_path="-"), QUESTION, ANSWER_TOKENS)
+        _, want = greedy_reply(SGLangServer(MODEL, port=amd64.port, log_path="-"), CAPITAL_PROMPT, ANSWER_TOKENS,
+                               ignore_eos=False)
     finally:
         amd64.remove()
     riscv64 = SGLangServer(MODEL, port=port, log_path="-")
     began = time.monotonic()
-    answer, got = chat_greedy_text(riscv64, QUESTION, ANSWER_TOKENS, timeout=REQUEST_TIMEOUT)
-    print(f"riscv64 appliance, chat answer {answer!r} in {time.monotonic() - began:.0f} s (qemu; not a speed)")
+    answer, got = greedy_reply(riscv64, CAPITAL_PROMPT, ANSWER_TOKENS, timeout=REQUEST_TIMEOUT, ignore_eos=False)
+    print(f"riscv64 appliance, answer {answer!r} in {time.monotonic() - began:.0f} s (qemu; not a speed)")
     # The turn may end (<|im_end|>) before ANSWER_TOKENS: the same tokens end at the same step.
     shared = min(len(got), len(want))
     assert_same_greedy(got[:shared], want[:shared], tokens=shared)

@@ -1,4 +1,6 @@
-"""The measured route table: decision, routing, persistence and its stack check."""
+"""The measured route table: decision, routing, persistence and its stack check. Its warm-ups
+compile every key of the tiny Llama with Inductor (minutes on a cold cache), so it sits with the
+end-to-end tests and their shared Inductor cache, not in `make check`."""
 
 import argparse
 import gc

@@ -1,11 +1,12 @@
 """Checks of the native RVV kernels, run by python3 inside the riscv64 base image (no pytest there).
 
-    python3 rvv_kernel_check.py full|numeric|no-vector
+    python3 rvv_kernel_check.py full|numeric|no-vector [I/N]
 
 ``full`` and ``numeric`` run under a QEMU_CPU with V (the kernels are the RVV ones). ``full`` checks
 every result against an fp64 reference and the generic provider, plus the provider's fallbacks and
 torch.compile; ``numeric``, for further VLENs, computes the same results for their digests only
-(the host test requires the same bits as ``full``). ``no-vector`` runs without V: the provider
+(the host test requires the same bits as ``full``); with ``I/N`` it runs every N-th of the numeric
+cases from the I-th, and every other case. ``no-vector`` runs without V: the provider
 falls back to generic, and the library, loaded anyway, runs its scalar twins for the same digests.
 The host test (tests/images/test_rvv_kernels.py) mounts the app at /src/app (PYTHONPATH) and
 points SGLANG_RVV_KERNELS_LIB at the built library. Prints one JSON line per case,
@@ -88,13 +89,34 @@ def a8linear_case(group_size: int, n: int, k: int, m: int) -> str:
 
 
 MODES = ("full", "numeric", "no-vector")
+# The cases whose results are compared bit for bit across runs (the host test's
+# test_same_bits_in_every_run), and the ones a sampled run shares out.
+NUMERIC_PREFIXES = ("linear ", "qlinear ", "a8linear ", "a8 special", "bucket ", "threads", "rounding",
+                    "special values", "norm ", "addnorm ", "silu_mul ", "rotary ", "attention ", "paged attention ",
+                    "top1 ", "widen ", "residual_add ")
 # Run before sglang_rvv.ops loads the real library: a failed dlopen is only possible while no
 # library has registered torch.ops.sglang_rvv_native.
 BEFORE_OPS = ("load failure",)
 
 
-def plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
-    """The cases of a run, in order: (name, function returning the measurements)."""
+def plan(mode: str, share: str = "") -> list[tuple[str, Callable[[], dict]]]:
+    """The cases of a run, in order: (name, function returning the measurements); of the numeric
+    ones only ``share``'s ("I/N": every N-th from the I-th) when it is given."""
+    return _sample(_plan(mode), share)
+
+
+def _sample(cases: list, share: str) -> list:
+    if not share:
+        return cases
+    start, step = (int(part) for part in share.split("/"))
+    if not 0 <= start < step:
+        raise ValueError(f"a share is I/N with 0 <= I < N, not {share!r}")
+    numeric = [name for name, _ in cases if name.startswith(NUMERIC_PREFIXES)]
+    kept = set(numeric[start::step])
+    return [(name, check) for name, check in cases if name in kept or not name.startswith(NUMERIC_PREFIXES)]
+
+
+def _plan(mode: str) -> list[tuple[str, Callable[[], dict]]]:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     cases: list[tuple[str, Callable[[], dict]]] = []
@@ -839,8 +861,8 @@ def import_ops(mode: str) -> None:
 
 def main(argv: list[str]) -> int:
     global MODE, torch, F, kernels, generic, rvv, layout
-    (MODE,) = argv
-    cases = plan(MODE)
+    MODE, *share = argv
+    cases = plan(MODE, *share)
     logging.getLogger("sglang_rvv").addHandler(_Capture())
     began = time.monotonic()
     import torch

