@@ -21,8 +21,11 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import pytest
 import torch
 import torch.utils.cpp_extension
+
+from sglang_rvv import layout
 
 REPO = Path(__file__).resolve().parents[1]
 CSRC = REPO / "app" / "sglang_rvv" / "kernels" / "csrc"
@@ -103,6 +106,11 @@ def bf16_randn(*shape: int, seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
 
 
+def bf16_zeros(*shape: int) -> torch.Tensor:
+    """A bfloat16 tensor whose values do not matter: a refusal's input."""
+    return torch.zeros(*shape, dtype=torch.bfloat16)
+
+
 def serve_as_rvv_provider() -> Path:
     """Make this fresh process's policy run the twins as the ``rvv`` provider: the RVV kernels'
     results bit for bit (the twin contract), on x86. Call it before anything asks for a provider
@@ -121,3 +129,29 @@ def serve_as_rvv_provider() -> Path:
     if provider is not rvv:
         raise RuntimeError(f"the twins were not chosen as the rvv provider: {why}")
     return lib
+
+
+# The cases the twins' tests share (tests/integration/test_kernel_twins.py, test_native_entry.py):
+# the packed layout's version the ops are called with, a weight shape with a 4-column tail block
+# and a K off every group size, and the quantized layouts with their group sizes.
+VERSION = 1
+N, K = 100, 70
+QUANT = [pytest.param(layout.INT8, 32, id="int8-g32"), pytest.param(layout.INT8, 0, id="int8-per-channel"),
+         pytest.param(layout.INT4, 32, id="int4-g32"), pytest.param(layout.INT4, 64, id="int4-g64")]
+# The layouts the eager route calls: int4_a8 beside the weight-only ones.
+ROUTED = [pytest.param(None, 0, id="bf16"), *QUANT, pytest.param(layout.INT4_A8, 32, id="int4_a8-g32")]
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """A BF16 tensor's bit patterns, for comparing results bit for bit."""
+    return t.view(torch.int16)
+
+
+def pack(native, quant: layout.QuantLayout, weight: torch.Tensor, group_size: int):
+    """The native pack of ``quant``, at the group size the layout makes of ``group_size``."""
+    group = layout.effective_group_size(quant, group_size, weight.shape[1])
+    return getattr(native, f"pack_{quant.name}_weight")(weight, group, VERSION)
+
+
+def linear(native, quant: layout.QuantLayout, x: torch.Tensor, packed, n: int, k: int) -> torch.Tensor:
+    return getattr(native, f"packed_{quant.name}_linear")(x, *packed, n, k, VERSION)
