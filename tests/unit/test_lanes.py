@@ -59,6 +59,13 @@ def test_a_run_keeps_the_times_of_files_it_did_not_run_and_drops_deleted_files(s
     assert json.loads(lanes.LAST_TIMES.read_text()) == {"a": 5.0, "b": 2.0, prelude: 9.0, lanes.PRELUDES[0][0]: 7.0}
 
 
+def test_no_two_test_files_share_a_name():
+    # pytest imports each test file as a top-level module of its basename (rootdir, no packages):
+    # a second file of the same name stops its lane's collection.
+    names = [f.rsplit("/", 1)[1] for f in lanes.test_files()]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})
+
+
 def test_the_kept_times_name_files_that_exist():
     kept = json.loads(lanes.KEPT_TIMES.read_text())
     known = {*lanes.test_files(), *(name for name, _ in lanes.PRELUDES)}
