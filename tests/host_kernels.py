@@ -134,7 +134,7 @@ def serve_as_rvv_provider() -> Path:
 # The cases the twins' tests share (tests/integration/test_kernel_twins.py, test_native_entry.py):
 # the packed layout's version the ops are called with, a weight shape with a 4-column tail block
 # and a K off every group size, and the quantized layouts with their group sizes.
-VERSION = 1
+VERSION = layout.LAYOUT_VERSION
 N, K = 100, 70
 QUANT = [pytest.param(layout.INT8, 32, id="int8-g32"), pytest.param(layout.INT8, 0, id="int8-per-channel"),
          pytest.param(layout.INT4, 32, id="int4-g32"), pytest.param(layout.INT4, 64, id="int4-g64")]

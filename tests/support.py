@@ -18,10 +18,9 @@ GREEDY_TOKENS = 8
 PROMPTS = ["Hello, how are you", "The board has eight cores", "Once upon a time there", "Tokens per second"]
 # The capital question as one user turn in the default model's ChatML (SmolLM2-135M-Instruct),
 # without the default system turn its chat template adds. With that turn the first token is a
-# near-tie ("The" 25.33 against "L" 25.24 in transformers' dequantized GGUF) that a summation
-# order can tip; without it every token up to "Paris" leads by 1.6 nats or more (README, "Side by
-# side with llama.cpp"). It is 15 tokens against the template's 37: under qemu a prompt token
-# costs about a decode token.
+# near-tie that a summation order can tip; without it every token up to "Paris" leads clearly
+# (README, "Side by side with llama.cpp", has the logits). It is also less than half the
+# template's prompt, and under qemu a prompt token costs about what a decode token does.
 CAPITAL_PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 STATM_PAGE = 4096  # statm counts pages: 4 KiB on this x86-64 host
 TIE_TOLERANCE = 0.05  # nats; bf16 rounding differs between F.linear and the packed kernel

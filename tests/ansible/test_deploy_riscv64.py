@@ -36,11 +36,10 @@ TARGET = "emulated-riscv64-board"
 PROJECT = "sglang-rvv-emulated-board"  # its own compose project: the lanes' appliances run beside it
 MODEL = lock_get("models.default")
 REQUEST_TIMEOUT = 1800  # one request under qemu (never a speed)
-# The capital question as one user turn of the model's ChatML (support.CAPITAL_PROMPT: 15 tokens,
-# not the chat template's 37 with its default system turn), 8 greedy tokens ("The capital of
-# France is Paris." is 7): under qemu a prompt token or a generated one of this model takes about
-# 15 to 20 s (its RVV kernels' vector instructions are emulated one by one), so the template's
-# system turn alone cost minutes.
+# The capital question as one user turn of the model's ChatML (support.CAPITAL_PROMPT, without
+# the chat template's default system turn), 8 greedy tokens ("The capital of France is Paris." is
+# 7): under qemu every prompt or generated token of this model is slow (its RVV kernels' vector
+# instructions are emulated one by one), so the shorter prompt saves minutes.
 ANSWER_TOKENS = 8
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 
