@@ -28,7 +28,8 @@ help:
 	@echo "make check  - the fast tier: tests/unit and tests/integration (no server, no container; a few minutes)"
 	@echo "make test   - the whole suite, in two lanes at once, balanced by the last run's per-file times"
 	@echo "make lane-times - keep the last make test's per-file times (tests/lane-times.json) for a fresh clone's lanes"
-	@echo "make peer-test - the peer's tier (tests/peer): llama.cpp built, answering under qemu, one small count"
+	@echo "make peer-test - the peer's tiers: its core (in make test too) and its whole build, llama-bench and the"
+	@echo "              reproduce role's peer step under qemu (tests/peer, tests/peer_tools)"
 	@echo "make lint   - ruff, shellcheck, yamllint, ansible-lint"
 	@echo "make serve  - serve the built-in tiny model with --enable-cpu-rvv-inductor on 127.0.0.1:$(PORT)"
 	@echo "make bench  - the benchmark suite on a Llama-3.2-1B-shaped model (one-batch, serving, HF generate, kernel;"
@@ -87,9 +88,10 @@ test: venv lint
 lane-times:
 	cp .cache/test-lanes/times.json tests/lane-times.json
 
-# llama.cpp, the board model's peer, built and run under qemu (tests/peer): not in make test yet.
+# llama.cpp, the board model's peer, built and run under qemu: make test runs tests/peer (its core
+# build's answer and count); the whole build (llama-bench, a host llama-quantize: 20 min cold) only here.
 peer-test: venv
-	$(PYTEST) tests/peer --durations=10
+	$(PYTEST) tests/peer tests/peer_tools --durations=10
 
 # Python, the image scripts, and Ansible with the compose files (as tests/ansible/test_lint.py does).
 lint: venv

@@ -2,7 +2,7 @@
 # Build llama.cpp, the board model's peer, from the tree vendored in the sdist that
 # images/lock.toml [peer.llama_cpp] pins by sha256. A benchmark peer, never in an appliance image.
 #
-#   peer/build.sh VARIANT...     VARIANT: rvv | ime | host
+#   peer/build.sh [--core] VARIANT...     VARIANT: rvv | ime | host
 #
 #   rvv   riscv64, GCC's cross compiler, RVV 1.0 (lock: march, riscv64_flags), shared libraries:
 #         llama-bench, llama-simple, llama-quantize and peer-count (peer/driver), with the
@@ -12,6 +12,10 @@
 #         never run here (qemu has no IME instructions). It needs a toolchain that assembles
 #         SpacemiT's vmadot: Debian's GCC and binutils do not, and the build says so at configure
 #   host  llama-quantize for this host (static), to make the GGUF files
+#
+#   --core  rvv only: llama-simple and peer-count, without llama.cpp's common library, which
+#           llama-bench and llama-quantize need and which is about half the build: what make
+#           test's answer and count run. A whole rvv build serves a --core ask.
 #
 # Each variant goes to .cache/peer/llama.cpp-VARIANT/ (SGLANG_RVV_PEER_DIR overrides .cache/peer)
 # with peer.json, what it was built from. peer.json is renamed into place last, after the
@@ -29,6 +33,7 @@ PEER_DIR="${SGLANG_RVV_PEER_DIR:-${REPO_DIR}/.cache/peer}"
 DRIVER="${REPO_DIR}/peer/driver/peer_count.cpp"
 TOOLCHAIN_IMAGE=localhost/sglang-rvv-peer-toolchain
 WORKDIR=""
+CORE=0
 
 cleanup() {
   [[ -n ${WORKDIR} ]] && rm -rf "${WORKDIR}"
@@ -95,7 +100,8 @@ in_toolchain() {
 # The full version of a compiler in the toolchain ("14.4.0").
 compiler_version() { in_toolchain "$1" -dumpfullversion; }
 
-# variant_settings VARIANT: CC, CXX, MAJOR, CMAKE_EXTRA, TARGETS for one variant.
+# variant_settings VARIANT: CC, CXX, MAJOR, CMAKE_EXTRA, TARGETS (what this call builds) and
+# WHOLE (the variant's whole target list) for one variant.
 variant_settings() {
   local cross=riscv64-linux-gnu- rv_flags
   mapfile -t rv_flags < <(lock "${PINS}.riscv64_flags")
@@ -110,30 +116,34 @@ variant_settings() {
         mapfile -t -O "${#CMAKE_EXTRA[@]}" CMAKE_EXTRA < <(lock "${PINS}.ime_flags")
         TARGETS=(llama-bench llama-simple)
       fi
+      WHOLE=("${TARGETS[@]}")
+      [[ $1 == rvv ]] && ((CORE)) && TARGETS=(llama-simple)
       ;;
     host)
       MAJOR=$(lock "${PINS}.compiler_major")
       # Static: the toolchain's glibc is newer than a stable host's, and this binary runs on the host.
-      CC="gcc-${MAJOR}" CXX="g++-${MAJOR}" TARGETS=(llama-quantize)
+      CC="gcc-${MAJOR}" CXX="g++-${MAJOR}" TARGETS=(llama-quantize) WHOLE=(llama-quantize)
       CMAKE_EXTRA=(-DBUILD_SHARED_LIBS=OFF -DCMAKE_EXE_LINKER_FLAGS=-static)
       ;;
     *) die "unknown variant '$1': choose rvv, ime or host (see --help)" ;;
   esac
+  [[ $1 == rvv ]] || ((!CORE)) || die "--core is a subset of the rvv build; build ${1} without it"
 }
 
 # peer.json: what a variant was built from, in a stable form (compared byte for byte).
 manifest() {
   python3 - "$@" <<'EOF'
 import json, sys
-variant, sdist, sha, compiler, version, driver, *flags = sys.argv[1:]
+variant, sdist, sha, compiler, version, driver, targets, *flags = sys.argv[1:]
 print(json.dumps({"variant": variant, "sdist": sdist, "sdist_sha256": sha, "compiler": compiler,
-                  "compiler_version": version, "driver_sha256": driver, "cmake_flags": flags},
+                  "compiler_version": version, "driver_sha256": driver, "targets": targets.split(),
+                  "cmake_flags": flags},
                  indent=1, sort_keys=True))
 EOF
 }
 
 build_variant() {
-  local variant="$1" out="${PEER_DIR}/llama.cpp-$1" version flags want driver_sha
+  local variant="$1" out="${PEER_DIR}/llama.cpp-$1" version flags want whole driver_sha
   variant_settings "${variant}"
   version=$(compiler_version "${CXX}") || die "${CXX} is not in the toolchain image ${TOOLCHAIN}"
   [[ ${version%%.*} == "${MAJOR}" ]] || die "${CXX} is version ${version}, images/lock.toml ${PINS} asks for ${MAJOR}"
@@ -141,8 +151,10 @@ build_variant() {
   flags+=("${CMAKE_EXTRA[@]}")
   driver_sha=$(sha256sum "${DRIVER}" | cut -d' ' -f1)
   want=$(manifest "${variant}" "$(lock "${PINS}.sdist")" "$(lock "${PINS}.sha256")" "${CXX}" "${version}" \
-    "${driver_sha}" "${flags[@]}")
-  if [[ -f ${out}/peer.json && $(<"${out}/peer.json") == "${want}" ]]; then
+    "${driver_sha}" "${TARGETS[*]}" "${flags[@]}")
+  whole=$(manifest "${variant}" "$(lock "${PINS}.sdist")" "$(lock "${PINS}.sha256")" "${CXX}" "${version}" \
+    "${driver_sha}" "${WHOLE[*]}" "${flags[@]}")
+  if [[ -f ${out}/peer.json && ( $(<"${out}/peer.json") == "${want}" || $(<"${out}/peer.json") == "${whole}" ) ]]; then
     log "${out} is up to date (${CXX} ${version})"
     echo "${out}"
     return
@@ -198,6 +210,7 @@ done"
 
 main() {
   [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
+  [[ ${1:-} == --core ]] && { CORE=1; shift; }
   (($# >= 1)) || die "usage: ${PROG} VARIANT... (rvv, ime, host; see --help)"
   local variant
   for variant in "$@"; do variant_settings "${variant}"; done  # an unknown one fails before any work

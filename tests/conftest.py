@@ -10,8 +10,8 @@ from sglang_rvv import tiny
 TESTS = Path(__file__).parent
 INFRA = TESTS / "infra"
 # The tiers, one a directory, each a marker of the same name (pyproject.toml lists them):
-# `make check` runs the first two, `make test` all but peer (`make peer-test`: tests/peer says why).
-TIERS = ("unit", "integration", "e2e", "images", "ansible", "infra", "peer")
+# `make check` runs the first two, `make test` all but infra and peer_tools (`make peer-test`).
+TIERS = ("unit", "integration", "e2e", "images", "ansible", "infra", "peer", "peer_tools")
 
 
 def pytest_addoption(parser):

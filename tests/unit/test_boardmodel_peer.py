@@ -165,3 +165,28 @@ def test_a_short_counted_prefill_is_priced_at_the_targets_128_tokens():
     growth = model.prefill_macs(shape, 128) / model.prefill_macs(shape, 16)
     seconds = 3.2e9 * growth / 1.6e9 / 4 + 16e6 * 8 / 0.7 / 1.6e9
     assert row["modelled_prefill_tok_s"] == pytest.approx(128 / seconds)
+
+
+def test_the_unquantized_types_are_written_without_llama_quantize(tmp_path, monkeypatch):
+    import gguf
+    import numpy as np
+    import torch
+
+    from sglang_rvv import tiny
+
+    monkeypatch.setenv("SGLANG_RVV_PEER_DIR", str(tmp_path))  # no llama.cpp-host here
+    shape = run.shape("tiny")
+    path = peer_models.model_file("tiny", shape, "F16", log=lambda text: None)
+    assert path.name == "tiny-F16.gguf" and not (tmp_path / "gguf" / "tiny-BF16.gguf").exists()
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    down = tensors["blk.1.ffn_down.weight"]
+    assert down.tensor_type == gguf.GGMLQuantizationType.F16
+    weights = tiny.build_model(shape["arch"], seed=0, **{k: v for k, v in shape.items() if k != "arch"}).state_dict()
+    want = weights["model.layers.1.mlp.down_proj.weight"].to(torch.float16).numpy()
+    assert np.array_equal(np.asarray(down.data).reshape(want.shape), want)
+    assert tensors["output_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    # Made once: a second ask finds it fresh; a quantized type still needs the host's llama-quantize.
+    stamp = path.stat().st_mtime_ns
+    assert peer_models.model_file("tiny", shape, "F16", log=lambda text: None).stat().st_mtime_ns == stamp
+    with pytest.raises(tool.ToolError, match=r"missing peer build: .*llama.cpp-host has no peer.json"):
+        peer_models.model_file("tiny", shape, "Q4_0", log=lambda text: None)

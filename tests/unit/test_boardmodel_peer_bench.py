@@ -1,7 +1,7 @@
 """make reproduce's peer step, the controller's half (python -m sglang_rvv.boardmodel.peer_bench):
 the llama-bench command lines the board runs, the builds packed once under their inputs' digest,
 and each missing input one line naming the command that makes it. No build is needed: the builds
-here are directories with a peer.json, and no binary runs (tests/peer/test_peer_bench.py runs them)."""
+here are directories with a peer.json, and no binary runs (tests/peer_tools/test_peer_bench.py runs them)."""
 
 from __future__ import annotations
 

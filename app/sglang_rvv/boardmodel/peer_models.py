@@ -70,8 +70,14 @@ def gguf_name(hf_name: str) -> str | None:
     return None
 
 
-def write_bf16(shape: dict, seed: int, out: Path) -> None:
-    """The seeded model of ``shape`` as a BF16 GGUF (norms in F32, as the converter writes them)."""
+# The unquantized types, written here from the seeded BF16 weights (F16 rounds each to nearest
+# even, as llama-quantize does); every other type is llama-quantize's, from the BF16 file.
+WRITTEN = {"BF16": "MOSTLY_BF16", "F16": "MOSTLY_F16"}
+
+
+def write_float(shape: dict, seed: int, fmt: str, out: Path) -> None:
+    """The seeded model of ``shape`` as a GGUF of ``fmt`` (BF16 or F16; norms in F32, as the
+    converter writes them)."""
     import gguf
     import numpy as np
     import torch
@@ -97,7 +103,7 @@ def write_bf16(shape: dict, seed: int, out: Path) -> None:
     writer.add_rope_freq_base(_rope_theta(model.config))
     writer.add_layer_norm_rms_eps(_RMS_EPS[arch])
     writer.add_vocab_size(shape["vocab_size"])
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    writer.add_file_type(getattr(gguf.LlamaFileType, WRITTEN[fmt]))
     writer.add_tokenizer_model("no_vocab")
     heads, kv_heads = shape["num_attention_heads"], shape["num_key_value_heads"]
     tied = model.config.tie_word_embeddings
@@ -112,6 +118,8 @@ def write_bf16(shape: dict, seed: int, out: Path) -> None:
             value = _llama_permute(value, heads if target.endswith("attn_q.weight") else kv_heads)
         if value.dim() == 1 or target.endswith(".bias"):
             writer.add_tensor(target, value.float().numpy())
+        elif fmt == "F16":
+            writer.add_tensor(target, value.to(torch.float16).numpy())
         else:
             bits = value.contiguous().view(torch.int16).numpy().view(np.uint16)
             writer.add_tensor(target, bits, raw_dtype=gguf.GGMLQuantizationType.BF16)
@@ -152,19 +160,23 @@ def _publish(tmp: Path, path: Path, inputs: dict) -> None:
 
 
 def model_file(shape_name: str, shape: dict, fmt: str, seed: int = 0, log=None) -> Path:
-    """The GGUF file of ``shape`` in ``fmt`` (a llama-quantize type, or BF16), made if missing."""
+    """The GGUF file of ``shape`` in ``fmt`` (a llama-quantize type, or BF16 or F16), made if
+    missing. BF16 and F16 need no llama-quantize (make test's peer count runs F16)."""
     log = log or (lambda text: print(f"peer: {text}", file=sys.stderr, flush=True))
     out = gguf_dir()
     out.mkdir(parents=True, exist_ok=True)
-    bf16 = out / f"{shape_name}-BF16.gguf"
-    bf16_inputs = _inputs(shape_name, shape, seed, "BF16", None)
-    if not _fresh(bf16, bf16_inputs):
-        log(f"writing {bf16.name} (seed {seed}, BF16)")
-        tmp = bf16.with_suffix(".gguf.tmp")
-        write_bf16(shape, seed, tmp)
-        _publish(tmp, bf16, bf16_inputs)
-    if fmt.upper() == "BF16":
-        return bf16
+    # An unquantized type is written here; any other is quantized from the BF16 file.
+    written = fmt.upper() if fmt.upper() in WRITTEN else "BF16"
+    source = out / f"{shape_name}-{written}.gguf"
+    source_inputs = _inputs(shape_name, shape, seed, written, None)
+    if not _fresh(source, source_inputs):
+        log(f"writing {source.name} (seed {seed}, {written})")
+        tmp = source.with_suffix(".gguf.tmp")
+        write_float(shape, seed, written, tmp)
+        _publish(tmp, source, source_inputs)
+    if written != "BF16" or fmt.upper() == "BF16":
+        return source
+    bf16 = source
     host = peer_build.require("host")
     known = quantize_types(host.path)
     if fmt not in known:
