@@ -36,3 +36,31 @@ def test_each_layout_keeps_its_floor(arch):
 def test_byte_tokens_need_a_byte_vocabulary():
     with pytest.raises(ValueError, match="at least 256"):
         accuracy.byte_tokens("x", 100)
+
+
+def test_rescoring_a_quantized_lm_heads_candidates_from_bf16_picks_the_bf16_argmax_whenever_it_is_one():
+    model = tiny.build_model("qwen3", seed=0)
+    vocab = model.config.vocab_size
+    found = accuracy.lm_head_candidates(model, ["int4", "int8"], prompts=accuracy.PROMPTS[:2], new_tokens=8,
+                                        candidates=(1, 4, vocab),
+                                        tokenize=lambda text: accuracy.byte_tokens(text, vocab))
+    assert found["positions"] == 2 * 8 and found["vocab"] == vocab
+    for name, result in found["layouts"].items():
+        within = [result["within"][k] for k in (1, 4, vocab)]
+        assert within == sorted(within) and within[-1] == 1.0, name
+        assert result["within"][1] == result["greedy_agreement"], name
+        assert 0 <= result["worst_rank"] < vocab
+        for k, rescored in result["rescored"].items():
+            # The pick is a candidate, exact: the BF16 one whenever it is among them, and never another.
+            assert rescored["greedy_agreement"] == result["within"][k], (name, k)
+            assert rescored["kl"] <= result["kl_plain"] + 1e-12, (name, k)
+        # Every logit rescored: the BF16 head's own distribution.
+        assert result["rescored"][vocab] == {"greedy_agreement": 1.0, "kl": 0.0}, name
+    assert found["layouts"]["int4"]["kl_plain"] > found["layouts"]["int8"]["kl_plain"]
+
+
+def test_lm_head_candidates_measure_weight_only_layouts():
+    model = tiny.build_model("llama", seed=0)
+    with pytest.raises(ValueError, match=r"int4_a8 quantizes the activations too; it measures weight-only"):
+        accuracy.lm_head_candidates(model, ["int4_a8"], prompts=accuracy.PROMPTS[:1], new_tokens=2,
+                                    tokenize=lambda text: accuracy.byte_tokens(text, model.config.vocab_size))
