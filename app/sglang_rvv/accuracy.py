@@ -29,7 +29,7 @@ from importlib import resources
 
 import torch
 
-from . import layout
+from . import exact_pick, layout
 from .config import RvvPolicyConfig
 from .policy import install_rvv_policy
 from .smoke.comparison import sqnr_db
@@ -150,7 +150,7 @@ def lm_head_candidates(model: torch.nn.Module, weight_dtypes: Sequence[str], *,
     ``worst_rank`` (0 = the quantized argmax itself); the plain ``greedy_agreement`` and, at
     temperature 1, ``kl_plain``, the KL from the BF16 distribution; and ``rescored[k]``, both for
     the logits with the k candidates exact and every other capped just below the least of them
-    (so the pick is always a candidate). The quantized weight is the layout's reference bits
+    (:func:`exact_pick.rescore`: the pick is always a candidate). The quantized weight is the layout's reference bits
     (``layout.quantize_reference``), the kernels' weights; the products are fp32 rounded to BF16,
     as the kernels return them.
     """
@@ -182,10 +182,7 @@ def lm_head_candidates(model: torch.nn.Module, weight_dtypes: Sequence[str], *,
         for k in candidates:
             top = approx.topk(k, -1).indices
             within[k] = float((top == truth[:, None]).any(-1).float().mean())
-            exact_top = exact.gather(-1, top)
-            # Every other logit strictly below the least candidate: the pick is always a candidate.
-            floor = torch.nextafter(exact_top.min(-1, keepdim=True).values, torch.tensor(-math.inf))
-            logits = torch.minimum(approx, floor).scatter(-1, top, exact_top)
+            logits = exact_pick.rescore(approx.to(torch.bfloat16), hidden, head, k).float()
             rescored[k] = {"greedy_agreement": float((logits.argmax(-1) == truth).float().mean()),
                            "kl": _kl(exact, logits)}
         out["layouts"][weight_dtype] = {

@@ -47,6 +47,10 @@ class RvvPolicyConfig:
             Only for int8/int4.
         lm_head_dtype: lm_head's layout; ``None`` takes ``weight_dtype`` but never
             below int8 (int4 -> int8). The embedding is never packed.
+        lm_head_exact_candidates: 0, or k > 0 with a quantized lm_head: each row's top k
+            logits are recomputed from the BF16 rows and the rest capped below them
+            (:mod:`sglang_rvv.exact_pick`), so the greedy pick is the BF16 head's whenever
+            it is among the k (``accuracy.lm_head_candidates`` measures how often).
         fused_ops: give the model's RMSNorm and SiLU-gated MLP modules the RVV kernel
             library's fused kernels where they run (:mod:`sglang_rvv.fused`; the
             environment's ``SGLANG_RVV_FUSED_OPS=0`` also turns them off).
@@ -61,6 +65,7 @@ class RvvPolicyConfig:
     weight_dtype: str = "bf16"
     group_size: int | None = None
     lm_head_dtype: str | None = None
+    lm_head_exact_candidates: int = 0
     fused_ops: bool = True
 
     def __post_init__(self) -> None:
@@ -76,6 +81,13 @@ class RvvPolicyConfig:
             if self.group_size not in choices:
                 raise ValueError(f"group_size={self.group_size!r} is not one of {self.weight_dtype}'s {choices} "
                                  "(a power of two; 0 = one scale per output channel)")
+        candidates = self.lm_head_exact_candidates
+        if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 0:
+            raise ValueError(f"lm_head_exact_candidates={candidates!r} must be a whole number >= 0 (0: off)")
+        if candidates and self.layout_for("lm_head") not in QUANTIZED:
+            raise ValueError(f"lm_head_exact_candidates={candidates} rescores a quantized lm_head, and lm_head's "
+                             f"layout here is {self.layout_for('lm_head')}: set lm_head_dtype (or weight_dtype) to "
+                             "int8 or int4, or leave it 0")
         if self.packed_weight_mode not in PACKED_WEIGHT_MODES:
             raise ValueError(
                 f"packed_weight_mode={self.packed_weight_mode!r} is not one of "

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import budget, fused, host, layout, packed_state, routing
+from . import budget, exact_pick, fused, host, layout, packed_state, routing
 from .adapters import Adapter, resolve_adapter
 from .config import RvvPolicyConfig
 from .kernels import chosen
@@ -151,9 +151,12 @@ class RvvPolicy:
                 plan.append((name, module, None, reason))
                 continue
             route = module.__dict__.get(routing.ROUTE_ATTR)
+            kind_of_route = exact_pick.route_class(kind, config)
             if route is None or route.context is not self.context:
-                route = routing.ModuleRoute(self.context, kind)
+                route = kind_of_route(self.context, kind)
                 self.adapter.install_route(module, route)
+            elif type(route) is not kind_of_route:
+                route.__class__ = kind_of_route  # the same slots: the record and its buffers stay
             reason = routing.static_gate(kind, module.weight, getattr(module, "bias", None))
             if reason is None and config.packed_weight_mode == "off":
                 reason = "packed_weight_mode=off"

@@ -54,8 +54,8 @@ def test_rescoring_a_quantized_lm_heads_candidates_from_bf16_picks_the_bf16_argm
             # The pick is a candidate, exact: the BF16 one whenever it is among them, and never another.
             assert rescored["greedy_agreement"] == result["within"][k], (name, k)
             assert rescored["kl"] <= result["kl_plain"] + 1e-12, (name, k)
-        # Every logit rescored: the BF16 head's own distribution.
-        assert result["rescored"][vocab] == {"greedy_agreement": 1.0, "kl": 0.0}, name
+        # Every logit rescored: the BF16 head's own distribution (up to the sums' order).
+        assert result["rescored"][vocab]["greedy_agreement"] == 1.0 and result["rescored"][vocab]["kl"] < 1e-9, name
     assert found["layouts"]["int4"]["kl_plain"] > found["layouts"]["int8"]["kl_plain"]
 
 

@@ -76,6 +76,10 @@ def test_the_quantized_knobs_reach_the_one_config():
     config = settings.config
     assert (config.weight_dtype, config.group_size, config.lm_head_dtype) == ("int4", 64, "int8")
     assert vars(settings).keys() == {"config", "report_path", "warmup", "enabled_by"}  # no field repeated
+    assert config.lm_head_exact_candidates == 0
+    config = _resolve("--enable-cpu-rvv-inductor", "--cpu-rvv-weight-dtype", "int4", "--cpu-rvv-lm-head-dtype",
+                      "int4", "--cpu-rvv-lm-head-candidates", "8").config
+    assert (config.lm_head_dtype, config.lm_head_exact_candidates) == ("int4", 8)
 
 
 # The config's own sentence follows the flag's name (the config owns that check and its wording).
@@ -88,6 +92,8 @@ def test_the_quantized_knobs_reach_the_one_config():
     (["--cpu-rvv-weight-dtype", "int8"], "argument --cpu-rvv-weight-dtype: quantized layouts are packed weights"),
     (["--enable-cpu-rvv-inductor", "--cpu-rvv-packed-weight-mode", "off", "--cpu-rvv-lm-head-dtype", "int8"],
      "argument --cpu-rvv-lm-head-dtype: quantized layouts are packed weights"),
+    (["--enable-cpu-rvv-inductor", "--cpu-rvv-lm-head-candidates", "8"],
+     "argument --cpu-rvv-lm-head-candidates: lm_head_exact_candidates=8 rescores a quantized lm_head"),
 ])
 def test_bad_combinations_name_the_flag(argv, needle):
     with pytest.raises(ValueError) as error:

@@ -40,6 +40,12 @@ def _group_size(text: str) -> int:
     return int(text)
 
 
+def _candidates(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of candidates (0: off)")
+    return int(text)
+
+
 def _group_size_choices() -> str:
     return "; ".join(f"{name}: {', '.join(map(str, layout.group_sizes))} (default {layout.default_group_size})"
                      for name, layout in QUANTIZED.items())
@@ -71,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             f"Choices: {_group_size_choices()}.")
     group.add_argument("--cpu-rvv-lm-head-dtype", choices=WEIGHT_DTYPES, default=None,
                        help="The lm_head's layout. Default: the weight dtype, but never below int8.")
+    group.add_argument("--cpu-rvv-lm-head-candidates", type=_candidates, default=0, metavar="K",
+                       help="With a quantized lm_head: rescore each row's top K logits from the BF16 rows, "
+                            "so the greedy pick is the BF16 head's whenever it is among them (sampling at "
+                            "a temperature sees the rest capped below them). Default: 0, off.")
     group.add_argument("--cpu-rvv-warmup", action=argparse.BooleanOptionalAction, default=True,
                        help="Compile every shape key (projection x bucket) at load, before the first "
                             "request, and build the route table; with a warm Inductor cache this only "
@@ -111,10 +121,12 @@ def _config(values: dict, args: argparse.Namespace) -> RvvPolicyConfig:
             weight_dtype=args.cpu_rvv_weight_dtype,
             group_size=args.cpu_rvv_group_size,
             lm_head_dtype=args.cpu_rvv_lm_head_dtype,
+            lm_head_exact_candidates=getattr(args, "cpu_rvv_lm_head_candidates", 0),
         )
     except ValueError as error:
         # argparse already checked each value alone; what is left is how they combine.
-        flag = "--cpu-rvv-group-size" if args.cpu_rvv_group_size is not None else "--cpu-rvv-weight-dtype"
+        flag = ("--cpu-rvv-lm-head-candidates" if "lm_head_exact_candidates" in str(error) else
+                "--cpu-rvv-group-size" if args.cpu_rvv_group_size is not None else "--cpu-rvv-weight-dtype")
         raise ValueError(f"argument {flag}: {error}") from None
 
 
