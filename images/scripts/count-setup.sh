@@ -7,6 +7,8 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/lib.sh"
 
+# make test's two lanes may both ask at once (the board model's tests and the peer's): one apt at a time.
+build_lock count-setup
 pkg=$(lock tools.count.qemu_package)
 want=$(lock tools.count.qemu_package_version)
 have=$(dpkg-query -W -f='${Status} ${Version}' "${pkg}" 2>/dev/null | sed -n 's/^install ok installed //p')
