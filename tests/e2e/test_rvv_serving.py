@@ -157,6 +157,23 @@ def _byte_gauges(server: SGLangServer) -> dict[str, float]:
             if name.startswith(("sglang_rvv_packed_bytes", "sglang_rvv_projection_bytes"))}
 
 
+def test_an_int4_lm_head_rescored_from_bf16_serves_the_bf16_heads_picks(llama, tiny_checkpoints, server_logs,
+                                                                         tmp_path):
+    # Every logit rescored (K = the vocabulary): the int4 lm_head's route must hand SGLang the BF16
+    # head's logits, so the picks are the flag-off server's (exact_pick; unit tests hold K < V).
+    off, _, _ = llama
+    vocab = json.loads((Path(tiny_checkpoints["llama"]) / "config.json").read_text())["vocab_size"]
+    report_path = tmp_path / "report.json"
+    server = SGLangServer(tiny_checkpoints["llama"], log_path=server_logs / "llama-int4-head-rescored.log",
+                          extra_args=[*FLAG, "--cpu-rvv-lm-head-dtype", "int4", "--cpu-rvv-lm-head-candidates",
+                                      str(vocab), "--no-cpu-rvv-warmup", "--cpu-rvv-report-path", str(report_path)])
+    with server:
+        for prompt in PROMPTS:
+            assert_same_greedy(generate_greedy(server, prompt), generate_greedy(off, prompt))
+    report = json.loads(report_path.read_text())
+    assert report["layouts"]["lm_head"] == "int4" and report["settings"]["config"]["lm_head_exact_candidates"] == vocab
+
+
 def test_the_byte_gauges_follow_a_weight_update_that_changes_the_packed_set(tiny_checkpoints, server_logs,
                                                                              tmp_path):
     # int8 cannot quantize a weight that is not finite: after the update, layer 0's o_proj falls
