@@ -14,9 +14,9 @@ once with the policy at a ``weight_dtype``, on a fixed prompt set and a fixed te
 the BF16 lm_head's argmax ranks among the quantized logits, so that rescoring that many
 candidates from the BF16 rows finds it (``python -m sglang_rvv.accuracy MODEL_DIR``).
 
-The bench report and the accuracy test share :func:`measure`; the tiny models are random weights, whose
-near-flat logits say little about what int4 costs a trained checkpoint: run it on a real one
-(``tokenize`` then its tokenizer) before quoting a cost.
+The bench report and the accuracy test share :func:`measure`; the tiny models are random
+weights, whose near-flat logits say little about what int4 costs a trained checkpoint: run it on
+a real one (``tokenize`` then its tokenizer) before quoting a cost.
 """
 
 from __future__ import annotations
@@ -150,9 +150,9 @@ def lm_head_candidates(model: torch.nn.Module, weight_dtypes: Sequence[str], *,
     ``worst_rank`` (0 = the quantized argmax itself); the plain ``greedy_agreement`` and, at
     temperature 1, ``kl_plain``, the KL from the BF16 distribution; and ``rescored[k]``, both for
     the logits with the k candidates exact and every other capped just below the least of them
-    (:func:`exact_pick.rescore`: the pick is always a candidate). The quantized weight is the layout's reference bits
-    (``layout.quantize_reference``), the kernels' weights; the products are fp32 rounded to BF16,
-    as the kernels return them.
+    (:func:`exact_pick.rescore`: the pick is always a candidate). The quantized weight is the
+    layout's reference bits (``layout.quantize_reference``), the kernels' weights; the products
+    are fp32 rounded to BF16, as the kernels return them.
     """
     head = model.get_output_embeddings().weight.detach()
     hidden = []
@@ -206,7 +206,6 @@ CHAT_PROMPTS = (
     "Tell me a short story about a robot who learns to paint.",
     "What are three good habits for staying healthy?",
 )
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -174,7 +174,7 @@ def model_file(shape_name: str, shape: dict, fmt: str, seed: int = 0, log=None) 
         tmp = source.with_suffix(".gguf.tmp")
         write_float(shape, seed, written, tmp)
         _publish(tmp, source, source_inputs)
-    if written != "BF16" or fmt.upper() == "BF16":
+    if fmt.upper() in WRITTEN:
         return source
     bf16 = source
     host = peer_build.require("host")
