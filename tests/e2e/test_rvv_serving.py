@@ -162,6 +162,8 @@ def test_an_int4_lm_head_rescored_from_bf16_serves_the_bf16_heads_picks(llama, t
     # Every logit rescored (K = the vocabulary): the int4 lm_head's route must hand SGLang the BF16
     # head's logits, so the picks are the flag-off server's (exact_pick; unit tests hold K < V).
     off, _, _ = llama
+    # The weight-update tests before this one leave the shared flag-off server on other weights.
+    assert off.post("/update_weights_from_disk", {"model_path": str(tiny_checkpoints["llama"])})["success"]
     vocab = json.loads((Path(tiny_checkpoints["llama"]) / "config.json").read_text())["vocab_size"]
     report_path = tmp_path / "report.json"
     server = SGLangServer(tiny_checkpoints["llama"], log_path=server_logs / "llama-int4-head-rescored.log",
