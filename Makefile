@@ -20,7 +20,7 @@ INVENTORY ?= ansible/inventory/example.yml
 # build, deploy and gateway.
 BOARD_PLAYBOOKS := provision build deploy reproduce gateway site
 
-.PHONY: help venv check test lane-times peer-test lint bench bench-serve board-model board-gate count-setup peer-build peer-compare serve clean \
+.PHONY: help venv check test lane-times peer-test lint bench bench-serve board-model board-gate served-count count-setup peer-build peer-compare serve clean \
 	$(BOARD_PLAYBOOKS)
 
 help:
@@ -40,11 +40,15 @@ help:
 	@echo "              price them with the stated board model into results/HOST/TIMESTAMP/board-model.json (RUN=DIR: into DIR;"
 	@echo "              SERVING=MODEL_DIR: SGLang's serving loop of that checkpoint too, every process, per token;"
 	@echo "              LM_HEAD_DTYPE=int4: lm_head in that layout in every policy-on count)"
+	@echo "make served-count - SGLang's served token under qemu (riscv64 runtime image), every process counted and priced"
+	@echo "              by the board model, into RUN_DIR/served-count.json (SHAPES= default qwen3-0.6b, LAYOUTS= default int4,"
+	@echo "              LM_HEAD_DTYPE=, THREADS=, RUN=DIR; 20-40 min a row); the run directory is the last line"
 	@echo "make peer-build - llama.cpp, the board model's peer (peer/build.sh): riscv64 RVV and a host llama-quantize,"
 	@echo "              into .cache/peer/ (the board's IME1 build, ime, needs SpacemiT's toolchain)"
 	@echo "make peer-compare - llama.cpp and the appliance counted under qemu and priced by one board model, side by side,"
 	@echo "              into RUN_DIR/peer-compare.json (SHAPES=, FORMATS= any llama-quantize type, THREADS=, PATHS=vec_dot|repack,"
-	@echo "              LAYOUTS= the appliance's layouts or none, PREFILL= the counted prefill's tokens (128), RUN=DIR);"
+	@echo "              LAYOUTS= the appliance's layouts or none, PREFILL= the counted prefill's tokens (128), SERVED=int4: the"
+	@echo "              served token too, as make served-count counts it, RUN=DIR);"
 	@echo "              the run directory is the last line"
 	@echo "make image  - build the images (ARCH=$(ARCH) MODEL=$(MODEL) CACHE=cold|warm); root, podman"
 	@echo "make image-archive - make image, then podman save it to .cache/images/archives/ (a board loads it: Ansible's"
@@ -116,6 +120,11 @@ board-model: venv count-setup
 	@$(PY) -m sglang_rvv.boardmodel $(if $(RUN),--run-dir $(RUN)) $(if $(SERVING),--serving $(SERVING)) \
 		$(if $(LM_HEAD_DTYPE),--lm-head $(LM_HEAD_DTYPE))
 
+# Like board-model, it prints only its run directory on stdout. Needs the riscv64 runtime image.
+served-count: venv count-setup
+	@$(PY) -m sglang_rvv.boardmodel.served $(if $(SHAPES),--shapes $(SHAPES)) $(if $(LAYOUTS),--layouts $(LAYOUTS)) \
+		$(if $(LM_HEAD_DTYPE),--lm-head $(LM_HEAD_DTYPE)) $(if $(THREADS),--threads $(THREADS)) $(if $(RUN),--run-dir $(RUN))
+
 # The board model's gates for every layout (make test gates bf16 only: each layout is one more
 # counted process under qemu).
 board-gate: venv count-setup
@@ -135,7 +144,7 @@ peer-build:
 peer-compare: venv count-setup peer-build
 	@$(PY) -m sglang_rvv.boardmodel.compare $(if $(SHAPES),--shapes $(SHAPES)) $(if $(FORMATS),--formats $(FORMATS)) \
 		$(if $(THREADS),--threads $(THREADS)) $(if $(PATHS),--paths $(PATHS)) $(if $(LAYOUTS),--layouts $(LAYOUTS)) \
-		$(if $(PREFILL),--prefill $(PREFILL)) $(if $(RUN),--run-dir $(RUN))
+		$(if $(PREFILL),--prefill $(PREFILL)) $(if $(SERVED),--served $(SERVED)) $(if $(RUN),--run-dir $(RUN))
 
 bench-serve: venv
 	$(PY) -m sglang_rvv.bench one-batch

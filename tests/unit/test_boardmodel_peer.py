@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_rvv.bench.report import peer as report_peer
 from sglang_rvv.boardmodel import compare, counts, model, peer, peer_build, peer_models, run, tool
 
 
@@ -91,6 +92,25 @@ def test_the_targets_are_ours_over_llama_cpps_plain_q4_0_at_the_same_threads():
     decode = next(r for r in out if r["what"] == "decode" and r["threads"] == 4)
     assert decode["ratio"] == pytest.approx(380 / 350)  # both stream-bound: the bytes decide
     assert decode["met"] is False and decode["target"] == 1.2
+
+
+def test_a_served_row_is_held_to_the_decode_target_and_has_no_prefill():
+    theirs = counted("qwen3-0.6b", step(100, 0, 50), step(1000, 0, 300))
+    row = {"shape": "qwen3-0.6b", "layout": "int4", "threads": 4, "kernel_per_token": 200e6,
+           "outside_kernels_per_token": 20e6, "lm_head": "int8", "bytes_per_token": 400e6, "modelled_tok_s": 9.5,
+           "bound": "weight stream"}
+    rows = [compare.served_row(row), compare.priced_row(theirs, "llama.cpp", "repack", "Q4_0", 4, 380_000_000)]
+    out = compare.ratios(rows)
+    assert [(r["what"], r["ours"]) for r in out] == [("decode", "served int4")]
+    assert out[0]["ratio"] == pytest.approx(9.5 / rows[1]["modelled_decode_tok_s"])
+    assert rows[0]["decode_instructions"] == 220e6 and rows[0]["modelled_prefill_tok_s"] is None
+    anchors = compare.held_to_anchors(rows)
+    for r in rows:
+        r.pop("_counted")
+    text = report_peer.section({"label": compare.LABEL, "peers": rows, "ratios": out, "anchors": anchors,
+                                "constants": model.constants_json()})
+    served = next(line for line in text.splitlines() if line.startswith("| sglang-rvv | served"))
+    assert "| not counted | n/a |" in served and "| 9.50 |" in served
 
 
 def test_bad_arguments_are_refused_by_name(capsys):

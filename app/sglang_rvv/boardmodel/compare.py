@@ -2,7 +2,8 @@
 counted by one instrument and priced by one board model, side by side, into ``peer-compare.json``
 in a run directory whose path is the last line on stdout (progress on stderr).
 
-    [--shapes ...] [--formats ...] [--paths vec_dot repack] [--threads 4 8] [--layouts ...] [--jobs N] [--run-dir DIR]
+    [--shapes ...] [--formats ...] [--paths vec_dot repack] [--threads 4 8] [--layouts ...] [--served ...]
+    [--jobs N] [--run-dir DIR]
 
 Each engine's model is counted once (one guest thread, under the counting qemu) and priced at each
 thread count with the same constants (``model.CONSTANTS``). A published anchor (``model.PEER_ANCHORS``)
@@ -21,7 +22,7 @@ from pathlib import Path
 from ..bench.results import default_run_dir, utc_stamp
 from ..jsonfile import write_json
 from ..layout import WEIGHT_DTYPES
-from . import model, peer, peer_build, peer_models, rootfs, run, tool
+from . import model, peer, peer_build, peer_models, rootfs, run, served, tool
 
 RESULT = "peer-compare.json"
 SCHEMA = 1
@@ -61,6 +62,19 @@ def priced_row(result: dict, engine: str, path: str, fmt: str, threads: int, wei
             "published_tok_s": None, "error": None, "_counted": result}
 
 
+def served_row(row: dict) -> dict:
+    """A served token's priced row (served.priced_rows) in the compare's shape: decode only (a
+    served prefill is not counted)."""
+    return {"engine": "sglang-rvv", "path": "served", "model": row["shape"], "format": row["layout"],
+            "threads": row["threads"],
+            "decode_instructions": row["kernel_per_token"] + row["outside_kernels_per_token"],
+            "decode_kernel_instructions": row["kernel_per_token"],
+            "decode_outside_kernel_instructions": row["outside_kernels_per_token"], "lm_head": row["lm_head"],
+            "bytes_per_token": row["bytes_per_token"], "modelled_decode_tok_s": row["modelled_tok_s"],
+            "decode_bound": row["bound"], "modelled_prefill_tok_s": None, "prefill_bound": None, "prefill_tokens": None,
+            "published_tok_s": None, "error": None, "_counted": None}
+
+
 def held_to_anchors(rows: list[dict]) -> list[dict]:
     """Each published anchor with the row it is compared with: a calibration anchor's error, or a
     bound's ratio; ``comparable: null`` and a line on stderr where no counted row matches."""
@@ -97,7 +111,8 @@ def ratios(rows: list[dict]) -> list[dict]:
     out = []
     for target in TARGETS:
         key = "modelled_decode_tok_s" if target["what"] == "decode" else "modelled_prefill_tok_s"
-        for ours in (r for r in rows if r["engine"] == "sglang-rvv" and r["format"] == target["ours"]):
+        for ours in (r for r in rows if r["engine"] == "sglang-rvv" and r["format"] == target["ours"]
+                     and r[key] is not None):
             for theirs in (r for r in rows if r["engine"] == "llama.cpp" and r["model"] == ours["model"]
                            and r["format"] == target["peer_format"] and r["threads"] == ours["threads"]):
                 value = ours[key] / theirs[key]
@@ -121,6 +136,9 @@ def parse(argv) -> argparse.Namespace:
                         help="board thread counts each count is priced at (default: %(default)s)")
     parser.add_argument("--layouts", nargs="+", default=list(OUR_LAYOUTS),
                         help="the appliance's layouts, through the policy's forward (none: llama.cpp only)")
+    parser.add_argument("--served", nargs="+", default=[], choices=WEIGHT_DTYPES,
+                        help="the appliance's layouts through SGLang's serving loop too (make served-count; "
+                             "decode only, one server at a time, 20-40 min each; default: none)")
     parser.add_argument("--prefill", type=int, default=128, help="the counted prefill's length (default 128)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="counts at a time (default: the cores)")
     parser.add_argument("--image", help=f"the riscv64 runtime image (default {rootfs.image_name()})")
@@ -166,17 +184,25 @@ def count_all(args) -> tuple[list[dict], dict]:
                     work = peer.PeerWork(name, fmt, repack=path == "repack", prefill_len=args.prefill)
                     jobs.append(("llama.cpp", path, fmt, work,
                                  lambda work=work: peer.count(counter, build, work, scratch / "peer", log=log)))
-    if args.layouts:
+    if args.layouts or args.served:
         root = rootfs.prepare(args.image)
         inputs["rootfs"] = rootfs.check(root)
+    if args.layouts:
         for name in args.shapes:
             for layout in args.layouts:
                 work = run.Workload(name, policy=True, weight_dtype=layout, prefill_len=args.prefill)
                 jobs.append(("sglang-rvv", "policy forward", layout, work,
                              lambda work=work: run.count(counter, root, work, scratch)))
+    if args.served:
+        served_args = served.parse(["--shapes", *args.shapes, "--layouts", *args.served,
+                                    "--threads", *map(str, args.threads)])
+        jobs.append(("sglang-rvv", "served", None, None,  # one job: one server at a time
+                     lambda: [served_row(row) for row in served.count_all(served_args, counter, root)[0]]))
 
     def counted(job):
         engine, path, fmt, work, count = job
+        if work is None:  # the served counts: their own progress, their rows priced
+            return count()
         log(f"counting {engine} {work.label}")
         result = count()
         weight = (result["bytes_per_token"] if engine == "llama.cpp" else

@@ -123,16 +123,17 @@ def _mark_all(scratch: Path, number: int, timeout: float = 600.0) -> None:
 
 def count_serving(tool: Tool, root: Path, model_dir: Path, scratch: Path, port: int,
                   short: int = 4, long: int = 12, python: Path | None = None, env: dict | None = None,
-                  log=None) -> dict:
-    """Serve ``model_dir`` under the counter, flag on (eager packed route); per process role, the
-    count of a ``short`` and a ``long`` request and the per-token difference, per component."""
+                  log=None, extra_args: tuple[str, ...] = ()) -> dict:
+    """Serve ``model_dir`` under the counter, flag on (eager packed route; ``extra_args``: more of
+    the server's flags, the layout's); per process role, the count of a ``short`` and a ``long``
+    request and the per-token difference, per component."""
     if not 0 < short < long:
         raise ToolError(f"request lengths {short} and {long}: the second must be longer")
     _clear(scratch)
     executable = wrapper(tool, root, scratch, python or root / rootfs.VENV / "bin" / "python")
     began = time.monotonic()
     phases = serve_and_mark(executable, model_dir, scratch, port, (short, long), env, log,
-                            stack=lock()["arch"]["riscv64"])
+                            stack=lock()["arch"]["riscv64"], extra_args=extra_args)
     return {"short": short, "long": long, "emulated_seconds": round(time.monotonic() - began, 1),
             "phase_seconds": phases, "processes": _attribute(scratch, short, long, phases)}
 
@@ -146,7 +147,7 @@ def _clear(scratch: Path) -> None:
 
 def serve_and_mark(executable: Path, model_dir: Path, scratch: Path, port: int, lengths: tuple[int, ...],
                    env: dict | None = None, log=None, stack: dict | None = None,
-                   idle_seconds: float = IDLE_SECONDS) -> dict[str, float]:
+                   idle_seconds: float = IDLE_SECONDS, extra_args: tuple[str, ...] = ()) -> dict[str, float]:
     """Start the server through ``executable`` (every process of it: :mod:`.serving_guest`), wait
     for /health, serve a warm-up request, mark every process, then per request length serve it and
     mark again; stop the server. Between the first two marks the server idles ``idle_seconds``.
@@ -160,7 +161,8 @@ def serve_and_mark(executable: Path, model_dir: Path, scratch: Path, port: int, 
                "--skip-server-warmup", "--log-level", "warning",
                # A first forward of a board-sized model runs for minutes under the counter: past
                # the scheduler's watchdog (300 s), which would end the server.
-               "--watchdog-timeout", str(int(REQUEST_TIMEOUT * 4)), *stack.get("sglang_args", [])]
+               "--watchdog-timeout", str(int(REQUEST_TIMEOUT * 4)), *stack.get("sglang_args", []),
+               *extra_args]
     server_env = {**environment(), **stack.get("sglang_env", {}), "SGLANG_RVV_COUNT_EXECUTABLE": str(executable),
                   "SGLANG_RVV_COUNT_DIR": str(scratch), "SGLANG_USE_CPU_ENGINE": "1",
                   # SGLang's own 20 s: every check failed under the counter, each token aborted unserved.

@@ -29,12 +29,13 @@ def section(data: dict) -> str:
             "error"]
     rows = []
     for r in data["peers"]:
-        tokens = r["prefill_tokens"]
+        tokens = r.get("prefill_tokens")  # None: a served row, whose prefill is not counted
         published = r.get("published_tok_s")
         rows.append([r["engine"], r["path"], r["model"], r["format"], r["threads"],
                      f"{r['decode_instructions'] / 1e6:.1f}", f"{r['decode_outside_kernel_instructions'] / 1e6:.2f}",
                      f"{r['bytes_per_token'] / 1e6:.1f}", _tok(r["modelled_decode_tok_s"]), r["decode_bound"],
-                     f"{r[f'prefill{tokens}_instructions'] / 1e6:.0f} (pp{tokens} counted)",
+                     "not counted" if tokens is None
+                     else f"{r[f'prefill{tokens}_instructions'] / 1e6:.0f} (pp{tokens} counted)",
                      _tok(r["modelled_prefill_tok_s"]),
                      "" if not published else f"tg {published['decode']}, {published['prefill_test']} "
                                               f"{published['prefill']}",
