@@ -42,7 +42,8 @@ help:
 	@echo "              LM_HEAD_DTYPE=int4: lm_head in that layout in every policy-on count)"
 	@echo "make served-count - SGLang's served token under qemu (riscv64 runtime image), every process counted and priced"
 	@echo "              by the board model, into RUN_DIR/served-count.json (SHAPES= default qwen3-0.6b, LAYOUTS= default int4,"
-	@echo "              LM_HEAD_DTYPE=, THREADS=, RUN=DIR; 20-40 min a row); the run directory is the last line"
+	@echo "              LM_HEAD_DTYPE=, CANDIDATES=K: an int4"
+	@echo "              lm_head's exact picks, THREADS=, RUN=DIR; 20-40 min a row); the run directory is the last line"
 	@echo "make peer-build - llama.cpp, the board model's peer (peer/build.sh): riscv64 RVV and a host llama-quantize,"
 	@echo "              into .cache/peer/ (the board's IME1 build, ime, needs SpacemiT's toolchain)"
 	@echo "make peer-compare - llama.cpp and the appliance counted under qemu and priced by one board model, side by side,"
@@ -123,7 +124,8 @@ board-model: venv count-setup
 # Like board-model, it prints only its run directory on stdout. Needs the riscv64 runtime image.
 served-count: venv count-setup
 	@$(PY) -m sglang_rvv.boardmodel.served $(if $(SHAPES),--shapes $(SHAPES)) $(if $(LAYOUTS),--layouts $(LAYOUTS)) \
-		$(if $(LM_HEAD_DTYPE),--lm-head $(LM_HEAD_DTYPE)) $(if $(THREADS),--threads $(THREADS)) $(if $(RUN),--run-dir $(RUN))
+		$(if $(LM_HEAD_DTYPE),--lm-head $(LM_HEAD_DTYPE)) $(if $(CANDIDATES),--candidates $(CANDIDATES)) \
+		$(if $(THREADS),--threads $(THREADS)) $(if $(RUN),--run-dir $(RUN))
 
 # The board model's gates for every layout (make test gates bf16 only: each layout is one more
 # counted process under qemu).

@@ -39,7 +39,7 @@ def test_a_count_without_thread_rows_is_refused():
 def test_rows_price_the_reports_packed_bytes_at_each_thread_count():
     counted = {"processes": {"scheduler": _scheduler(200e6, {"interpreter": 40e6}, thread_estimate=224.6e6)}}
     report = {"packed": ["qkv_proj", "lm_head"], "skipped": {}, "packed_bytes": 400_000_000,
-              "layouts": {"lm_head": "int8"}}
+              "layouts": {"lm_head": "int8"}, "config": {"lm_head_exact_candidates": 0}}
     rows = served.priced_rows("qwen3-0.6b", "int4", counted, report, (4, 8))
     assert [r["threads"] for r in rows] == [4, 8]
     for row in rows:
@@ -70,6 +70,7 @@ def test_a_server_that_left_weights_row_major_is_refused_by_name(report):
     (["--tokens", "x"], "SHORT,LONG"),
     (["--threads", "9"], "8 cores"),
     (["--layouts", "int3"], "invalid choice"),
+    (["--candidates", "-1"], "0 (off)"),
 ])
 def test_bad_arguments_exit_with_the_message(argv, needle, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -4,7 +4,8 @@ serves flag on in each layout under the counting qemu (:mod:`.serving`); each ro
 per-token count with the board model and goes into ``served-count.json`` in a run directory whose
 path is the last line on stdout (progress on stderr).
 
-    [--shapes qwen3-0.6b] [--layouts int4] [--lm-head LAYOUT] [--threads 4 8] [--tokens 3,7] [--run-dir DIR]
+    [--shapes qwen3-0.6b] [--layouts int4] [--lm-head LAYOUT] [--candidates K] [--threads 4 8] [--tokens 3,7]
+    [--run-dir DIR]
 
 A served token is the scheduler's (it runs the model's forward, batch building and sampling; the
 HTTP server and the detokenizer run beside it on cores of their own): the kernel library's count
@@ -72,6 +73,7 @@ def streamed_bytes(report: dict) -> int:
 
 
 def priced_rows(name: str, layout: str, counted: dict, report: dict, threads) -> list[dict]:
+    """One row per thread count; ``exact_candidates``: the logits rescored from BF16 (0: none)."""
     components = token_components(counted["processes"]["scheduler"])
     weight = streamed_bytes(report)
     outside = sum(v["insns"] for k, v in components.items() if k != "kernel")
@@ -79,7 +81,8 @@ def priced_rows(name: str, layout: str, counted: dict, report: dict, threads) ->
     for t in threads:
         p = model.predict(components, weight, t)
         rows.append({"shape": name, "layout": layout, "lm_head": report["layouts"].get("lm_head"),
-                     "speculative": None, "threads": t, "outside_kernels_per_token": outside,
+                     "speculative": None,
+                     "exact_candidates": report["config"].get("lm_head_exact_candidates", 0), "threads": t, "outside_kernels_per_token": outside,
                      "kernel_per_token": components["kernel"]["insns"], "bytes_per_token": weight,
                      "modelled_tok_s": p["tok_per_s"], "bound": p["bound"],
                      "seconds_outside_kernels": sum(v for k, v in p["component_seconds"].items() if k != "kernel")})
@@ -87,14 +90,15 @@ def priced_rows(name: str, layout: str, counted: dict, report: dict, threads) ->
 
 
 def count(counter: tool.Tool, root: Path, name: str, layout: str, lm_head: str | None, scratch: Path,
-          tokens: tuple[int, int]) -> tuple[dict, dict]:
+          tokens: tuple[int, int], candidates: int = 0) -> tuple[dict, dict]:
     """One served count: (the serving count, the server's policy report)."""
     # Beside the scratch, not in it: every JSON file there is a process of the server's.
     report_path = scratch.with_name(f"{scratch.name}-report.json")
     scratch.mkdir(parents=True, exist_ok=True)
     report_path.unlink(missing_ok=True)
     extra = ["--cpu-rvv-weight-dtype", layout, "--cpu-rvv-report-path", str(report_path),
-             *(["--cpu-rvv-lm-head-dtype", lm_head] if lm_head else [])]
+             *(["--cpu-rvv-lm-head-dtype", lm_head] if lm_head else []),
+             *(["--cpu-rvv-lm-head-candidates", str(candidates)] if candidates else [])]
     counted = serving.count_serving(counter, root, checkpoint(name), scratch, PORT, *tokens,
                                     extra_args=extra, log=log)
     if not report_path.is_file():
@@ -109,6 +113,9 @@ def parse(argv) -> argparse.Namespace:
                         help="shapes of images/lock.toml [tools.count.shapes] (default: %(default)s)")
     parser.add_argument("--layouts", nargs="+", default=["int4"], choices=WEIGHT_DTYPES)
     run.add_lm_head_option(parser)
+    parser.add_argument("--candidates", type=int, default=0,
+                        help="a quantized lm_head's exact greedy picks: rescore its top K from the BF16 rows "
+                             "(--cpu-rvv-lm-head-candidates; default 0, off)")
     parser.add_argument("--threads", nargs="+", type=int, default=list(THREADS),
                         help="board thread counts each count is priced at (default: %(default)s)")
     parser.add_argument("--tokens", default="3,7", help="the two request lengths (default %(default)s)")
@@ -120,9 +127,11 @@ def parse(argv) -> argparse.Namespace:
     except ValueError:
         parser.error(f"--tokens {args.tokens!r}: give two request lengths, SHORT,LONG")
     if len(args.tokens) != 2 or not 0 < args.tokens[0] < args.tokens[1]:
-        parser.error(f"--tokens {args.tokens}: give two request lengths, the second longer")
+        parser.error(f"--tokens {args.tokens!r}: give two request lengths, the second longer")
     if any(not 1 <= t <= 8 for t in args.threads):
         parser.error("--threads: the K1 has 8 cores; give counts from 1 to 8")
+    if args.candidates < 0:
+        parser.error("--candidates: give 0 (off) or the number of logits to rescore")
     return args
 
 
@@ -138,7 +147,7 @@ def count_all(args, counter: tool.Tool | None = None, root: Path | None = None) 
         for layout in args.layouts:
             log(f"counting the served {name} {layout}")
             counted, report = count(counter, root, name, layout, args.lm_head, run.scratch_dir() / "served",
-                                    args.tokens)
+                                    args.tokens, args.candidates)
             log(f"counted the served {name} {layout} ({counted['emulated_seconds']:.0f} s under qemu)")
             rows.extend(priced_rows(name, layout, counted, report, args.threads))
             counts.append({"shape": name, "layout": layout, "report": report, "counted": counted})
