@@ -77,12 +77,13 @@ def priced_rows(name: str, layout: str, counted: dict, report: dict, threads) ->
     components = token_components(counted["processes"]["scheduler"])
     weight = streamed_bytes(report)
     outside = sum(v["insns"] for k, v in components.items() if k != "kernel")
+    exact = report["config"].get("lm_head_exact_candidates", 0)
     rows = []
     for t in threads:
         p = model.predict(components, weight, t)
         rows.append({"shape": name, "layout": layout, "lm_head": report["layouts"].get("lm_head"),
-                     "speculative": None,
-                     "exact_candidates": report["config"].get("lm_head_exact_candidates", 0), "threads": t, "outside_kernels_per_token": outside,
+                     "speculative": None, "exact_candidates": exact, "threads": t,
+                     "outside_kernels_per_token": outside,
                      "kernel_per_token": components["kernel"]["insns"], "bytes_per_token": weight,
                      "modelled_tok_s": p["tok_per_s"], "bound": p["bound"],
                      "seconds_outside_kernels": sum(v for k, v in p["component_seconds"].items() if k != "kernel")})
