@@ -30,7 +30,7 @@ import sgl_kernel
 
 report = {"file": sgl_kernel.__file__, "fallback": getattr(sgl_kernel, "IS_SGLANG_RVV_FALLBACK", False)}
 try:
-    sgl_kernel.verify_tree_greedy_cpu()
+    sgl_kernel.build_tree_kernel_efficient_cpu()
 except NotImplementedError as exc:
     report["not_implemented"] = str(exc)
 try:
@@ -109,7 +109,7 @@ def test_assign_req_to_token_pool_matches_reference(probe):
 
 
 def test_unimplemented_kernel_names_itself(probe):
-    assert "sgl_kernel.verify_tree_greedy_cpu is not implemented" in probe["not_implemented"]
+    assert "sgl_kernel.build_tree_kernel_efficient_cpu is not implemented" in probe["not_implemented"]
 
 
 def test_unknown_attribute_is_a_clear_error(probe):

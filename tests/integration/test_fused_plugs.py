@@ -132,43 +132,35 @@ def test_sglangs_logits_are_widened_by_the_kernel_once(native, monkeypatch):
     assert widened == [(2, 1000)] * 2
 
 
-def test_sglangs_kv_pool_stores_rows_by_the_op_once(native, monkeypatch):
-    """SGLang's MHATokenToKVPool._store_kv_layer, rebound once per process: its _set_kv_buffer_impl
-    is the row store where that covers the call, SGLang's own otherwise, and the cache rows are the
-    same either way; SGLang's module keeps its function."""
+def test_the_rvv_attention_backend_stores_kv_rows_by_the_op(native, monkeypatch):
+    """The RVV backend stores a layer's K and V rows by the row store where that covers the call:
+    the cache rows are the pool's own index store's; an int32 slot list, a pool that is not a
+    plain row store and a process without the kernels go to SGLang's set_kv_buffer (False)."""
     from types import SimpleNamespace
 
-    from sglang.srt.mem_cache import memory_pool
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang_rvv.srt.attention import RvvAttnBackend
 
-    from sglang_rvv.srt import fused as srt_fused
-
-    original = MHATokenToKVPool._store_kv_layer
-    monkeypatch.setattr(MHATokenToKVPool, "_store_kv_layer", original)  # put back after the test
     stored = []
-
-    def store(*args):
-        covered = native.try_store_kv(*args)
-        stored.append((tuple(args[0].shape), covered))
-        return covered
-    monkeypatch.setattr(fused.NATIVE, "try_store_kv", store)
-    assert srt_fused._give_kv_store() and srt_fused._give_kv_store()
-    hooked = MHATokenToKVPool._store_kv_layer
-    assert hooked.sglang_rvv_original is original and hooked.__code__ is original.__code__
-    assert original.__globals__["_set_kv_buffer_impl"] is memory_pool._set_kv_buffer_impl
-
-    def pool():
-        return SimpleNamespace(kv_cache_layout="nhd", k_buffer=[_randn(20, 2, 8, seed=1)],
-                               v_buffer=[_randn(20, 2, 8, seed=2)], row_dim=16, v_row_dim=16,
-                               store_dtype=torch.bfloat16, device_module=torch.cpu, size=19, page_size=1,
-                               alt_stream=None)
-    for k, v, loc in [(_randn(2, 2, 8, seed=3), _randn(2, 2, 8, seed=4), torch.tensor([5, 11])),
-                      (_randn(2, 2, 8, seed=3), _randn(2, 2, 8, seed=4), torch.tensor([5, 11], dtype=torch.int32))]:
-        ours, theirs = pool(), pool()
-        hooked(ours, 0, loc, k, v)
-        original(theirs, 0, loc, k, v)
-        assert torch.equal(ours.k_buffer[0], theirs.k_buffer[0]) and torch.equal(ours.v_buffer[0], theirs.v_buffer[0])
-    assert stored == [((2, 2, 8), True), ((2, 2, 8), False)]  # the int32 slots went to SGLang's own store
+    monkeypatch.setattr(fused.NATIVE, "try_store_kv", lambda *args: stored.append(1) or native.try_store_kv(*args))
+    backend = object.__new__(RvvAttnBackend)
+    backend.kernels, backend.plain_pool, backend.swa_out_cache_loc = True, True, None
+    layer = SimpleNamespace(layer_id=3, is_cross_attention=False)
+    k, v = _randn(2, 2, 8, seed=3), _randn(2, 2, 8, seed=4)
+    for loc, covered in ((torch.tensor([5, 11]), True), (torch.tensor([5, 11], dtype=torch.int32), False)):
+        backend.token_to_kv_pool = SimpleNamespace(start_layer=2, k_buffer=[None, _randn(20, 2, 8, seed=1)],
+                                                   v_buffer=[None, _randn(20, 2, 8, seed=2)])
+        want_k, want_v = backend.token_to_kv_pool.k_buffer[1].clone(), backend.token_to_kv_pool.v_buffer[1].clone()
+        want_k[loc.long()], want_v[loc.long()] = k, v
+        assert backend._store(layer, SimpleNamespace(out_cache_loc=loc), k, v) is covered
+        if covered:
+            assert torch.equal(backend.token_to_kv_pool.k_buffer[1], want_k)
+            assert torch.equal(backend.token_to_kv_pool.v_buffer[1], want_v)
+    assert stored == [1, 1]
+    for attr in ("kernels", "plain_pool"):
+        setattr(backend, attr, False)
+        assert backend._store(layer, SimpleNamespace(out_cache_loc=torch.tensor([5, 11])), k, v) is False
+        setattr(backend, attr, True)
+    assert stored == [1, 1]
 
 
 def _logits(model, prompt):

@@ -193,33 +193,35 @@ def test_paged_decode_attention_is_the_gathered_one(native, q_heads, kv_heads, l
     assert untouched.isnan().all()
 
 
-def test_sglang_torch_native_decode_runs_the_paged_kernel(native, monkeypatch):
-    """SGLang's own torch_native decode loop (gather, then torch's sdpa per request) and the hook's
-    paged kernel agree within one BF16 rounding; what the kernel does not cover (a sliding window)
-    runs SGLang's loop. The hook replaces the method once, however often it is installed."""
+def test_the_rvv_attention_backends_decode_runs_the_paged_kernel(native, monkeypatch):
+    """SGLang's own torch_native decode loop (gather, then torch's sdpa per request) and the RVV
+    backend's paged kernel agree within one BF16 rounding; what the kernel does not cover (a
+    sliding window) runs SGLang's loop, and so does every call where the kernels do not load."""
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-    from sglang_rvv.srt import fused as srt_fused
+    from sglang_rvv.srt.attention import RvvAttnBackend
 
-    sglang_loop = TorchNativeAttnBackend._run_sdpa_forward_decode
-    monkeypatch.setattr(TorchNativeAttnBackend, "_run_sdpa_forward_decode", sglang_loop)
-    srt_fused._give_paged_decode()
-    srt_fused._give_paged_decode()
-    hooked = TorchNativeAttnBackend._run_sdpa_forward_decode
-    assert hooked.sglang_rvv_original is sglang_loop
     q, k_cache, v_cache, req_to_token, pool, seq_lens = _paged(16, 8, (6, 40), 128, seed=3)
     calls = []
     monkeypatch.setattr(fused.NATIVE, "try_decode_attention_paged",
                         lambda *args: calls.append(1) or native.try_decode_attention_paged(*args))
-    backend = object.__new__(TorchNativeAttnBackend)
+    backend = object.__new__(RvvAttnBackend)
+    backend.kernels = True
     ours, theirs = torch.empty_like(q), torch.empty_like(q)
-    hooked(backend, q, ours, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1, enable_gqa=True)
-    sglang_loop(backend, q, theirs, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1, enable_gqa=True)
+    backend._run_sdpa_forward_decode(q, ours, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1,
+                                     enable_gqa=True)
+    TorchNativeAttnBackend._run_sdpa_forward_decode(backend, q, theirs, k_cache, v_cache, req_to_token, pool,
+                                                    seq_lens, scaling=0.1, enable_gqa=True)
     assert calls == [1] and sqnr_db(ours, theirs.double()) > 40
     windowed = torch.empty_like(q)
-    hooked(backend, q, windowed, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1, enable_gqa=True,
-           sliding_window_size=4)
+    backend._run_sdpa_forward_decode(q, windowed, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1,
+                                     enable_gqa=True, sliding_window_size=4)
     assert calls == [1] and not torch.equal(windowed, ours)
+    backend.kernels = False
+    stock = torch.empty_like(q)
+    backend._run_sdpa_forward_decode(q, stock, k_cache, v_cache, req_to_token, pool, seq_lens, scaling=0.1,
+                                     enable_gqa=True)
+    assert calls == [1] and torch.equal(stock, theirs)
 
 
 def _paged_call(change: dict):

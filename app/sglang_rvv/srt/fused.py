@@ -14,34 +14,23 @@ the head or not neox style, an FP32 cos/sin cache) goes to the op's own ``forwar
 subclass of RotaryEmbedding that brings its own forward (mrope, YaRN variants that override it)
 keeps it: only the class's own forward_cpu is replaced.
 
-The decode attention is the attention backend's, not a module's: torch_native (the backend the
-appliance serves with on the CPU) gathers each request's keys from the paged KV cache and runs
-torch's scalar sdpa per request, per layer. The hook replaces its decode loop
-(``TorchNativeAttnBackend._run_sdpa_forward_decode``, once per process, when a model with
-RadixAttention modules gets the kernels) with one paged kernel call per layer that reads the cache
-rows in place. A decode it does not cover (a sliding window, cross attention, an encoder, another
-dtype) runs the original loop.
+The decode attention and the KV cache's row store are the attention backend's
+(:mod:`sglang_rvv.srt.attention`), not a module's.
 
 The greedy sampler's next tokens are ``torch.argmax(logits, -1)`` in ``Sampler.forward``
 (sglang/srt/layers/sampler.py, checked against sglang 0.5.21): over Qwen3's 151,936 FP32 logits a
 scalar pass of 1.4 M instructions a token under qemu (the serving count, README). The hook gives
-``Sampler.forward`` (once per process, with the attention's) a ``torch`` whose ``argmax`` is the
-top-1 kernel where that covers the call (:func:`sglang_rvv.fused.sampler_with_top1`); every other
-name is torch's, and every other module keeps torch.
+``Sampler.forward`` (once per process, when a model with RadixAttention modules gets the kernels)
+a ``torch`` whose ``argmax`` is the top-1 kernel where that covers the call
+(:func:`sglang_rvv.fused.sampler_with_top1`); every other name is torch's, and every other module
+keeps torch.
 
 Before the sampler, ``LogitsProcessor._copy_logits_to_buffer`` widens the lm_head's BF16 logits to
 FP32 (``.float()``, or ``copy_`` into a graph's buffer): Debian's torch does it 16 values at a
 time through memcpy calls, about 2.3 M instructions a Qwen3 token (the serving count). The hook
-(once per process, with the attention's) widens them first with the widening kernel, the same
+(once per process, with the sampler's) widens them first with the widening kernel, the same
 bits, cut to the vocabulary as SGLang cuts them; the original then finds FP32 logits, so its
 ``.float()`` returns them as they are and a buffer takes them by an FP32 copy.
-
-Each layer stores its token's K and V rows in the KV cache through
-``MHATokenToKVPool._store_kv_layer``'s ``_set_kv_buffer_impl``, which on a CPU without AMX
-indexes ``k_cache[loc] = k`` and ``v_cache[loc] = v``: two index_put_ calls, some 30-50 k
-instructions a layer under qemu. The hook (once per process, with the attention's) gives
-``_store_kv_layer`` a copy whose ``_set_kv_buffer_impl`` is one native row copy where it covers
-the call (the library's ``try_store_kv``), SGLang's function otherwise.
 
 SGLang's model code reads each child module as an attribute (``self.qkv_proj``), through
 ``nn.Module.__getattr__``. Each ``forward*`` method of a ``sglang.srt.models`` class that does is
@@ -71,7 +60,6 @@ _NORM = "sglang.srt.layers.layernorm.RMSNorm"
 _SILU = "sglang.srt.layers.activation.SiluAndMul"
 _ROTARY = "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding"
 _RADIX = "sglang.srt.layers.radix_attention.RadixAttention"
-_KV_STORE = "_set_kv_buffer_impl"
 _MODELS = "sglang.srt.models."
 _QK_NORM = "apply_qk_norm"
 _QK_NORM_PARAMS = ("q", "k", "q_norm", "k_norm", "head_dim", "alt_stream", "allow_inplace")
@@ -176,18 +164,6 @@ def _hook(cls: type, name: str, make) -> bool:
     return True
 
 
-def _paged_decode(original):
-    def run(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, encoder_lens=None,
-            scaling=None, enable_gqa=False, causal=False, is_cross_attn=False, sliding_window_size=None):
-        if (encoder_lens is None and not causal and not is_cross_attn and sliding_window_size is None
-                and fused.NATIVE.try_decode_attention_paged(
-                    query, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                    scaling if scaling is not None else query.shape[-1] ** -0.5, output)):  # sdpa's default scale
-            return output
-        return original(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
-                        encoder_lens, scaling, enable_gqa, causal, is_cross_attn, sliding_window_size)
-    return run
-
 
 def _widening_copy(original):
     def run(self, logits, logits_metadata, use_buffer=True):
@@ -197,26 +173,7 @@ def _widening_copy(original):
     return run
 
 
-def _row_store(original):
-    def store(k, v, k_cache, v_cache, indices, *args, **kwargs):
-        if fused.NATIVE.try_store_kv(k, v, k_cache, v_cache, indices):
-            return None
-        return original(k, v, k_cache, v_cache, indices, *args, **kwargs)
-    return store
 
-
-def _store_kv_layer(current):
-    """``current`` (the pool's per-layer store) calling the row store where it calls _set_kv_buffer_impl."""
-    code, scope = getattr(current, "__code__", None), getattr(current, "__globals__", {})
-    if code is None or _KV_STORE not in code.co_names or not callable(scope.get(_KV_STORE)):
-        return None
-    return fused.rebound(current, {_KV_STORE: _row_store(scope[_KV_STORE])})
-
-
-def _give_paged_decode() -> bool:
-    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
-
-    return _hook(TorchNativeAttnBackend, "_run_sdpa_forward_decode", _paged_decode)
 
 
 def _give_top1() -> bool:
@@ -230,11 +187,6 @@ def _give_widen() -> bool:
 
     return _hook(LogitsProcessor, "_copy_logits_to_buffer", _widening_copy)
 
-
-def _give_kv_store() -> bool:
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
-
-    return _hook(MHATokenToKVPool, "_store_kv_layer", _store_kv_layer)
 
 
 def _forwards(cls: type) -> list[str]:
@@ -292,11 +244,8 @@ def install_sglang(model: torch.nn.Module) -> Counter:
                 if given_it:
                     given[kind] += 1
     if given["attention"]:
-        _give_paged_decode()
         if _give_top1():
             given["top1"] += 1
         if _give_widen():
             given["widen"] += 1
-        if _give_kv_store():
-            given["kv_store"] += 1
     return given

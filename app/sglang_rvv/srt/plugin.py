@@ -7,8 +7,10 @@ Hooks (SGLang's HookRegistry):
   only dataclass fields, so the settings ride on the ServerArgs object as an
   attribute, which survives the pickling into each scheduler process.
 * AFTER ``ModelRunner.load_model``: in each scheduler process, after weights
-  are loaded and post-processed, install the policy, log its summary and the
-  bytes each projection streams per token, write the report and set up metrics.
+  are loaded and post-processed, register the attention backend
+  (:mod:`sglang_rvv.srt.attention`), install the policy, log its summary and
+  the bytes each projection streams per token, write the report and set up
+  metrics.
 * AFTER ``ModelRunner.forward``: flush counters into Prometheus.
 * AFTER ``<Model>.load_weights``: every weight update (from disk, tensors,
   distributed) copies into the existing storage, which no pointer check can
@@ -92,8 +94,10 @@ def _after_load_model(result, runner, *args, **kwargs):
     from ..adapters import register
     from ..policy import install_rvv_policy, policy_of
     from .adapter import SGLANG_ADAPTER
+    from .attention import register as register_attention
 
     register(SGLANG_ADAPTER)
+    register_attention()  # before the runner builds its attention backend, after the model
     model = runner.model
     started = time.monotonic()
     try:
