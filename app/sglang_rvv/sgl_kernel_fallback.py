@@ -25,6 +25,19 @@ import torch
 IS_SGLANG_RVV_FALLBACK = True
 
 
+def _runs(name: str, req_pool_indices: torch.Tensor, start_offset: torch.Tensor, end_offset: torch.Tensor,
+          pool_len: int):
+    """Each request's (pool row, its slots' start and end, where its run starts in the flat list)."""
+    position = 0
+    for row, start, end in zip(
+        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
+    ):
+        if not 0 <= start <= end <= pool_len:
+            raise ValueError(f"{name}: slots [{start}, {end}) outside 0..{pool_len}")
+        yield row, start, end, position
+        position += end - start
+
+
 def assign_req_to_token_pool_cpu(
     req_pool_indices: torch.Tensor,
     req_to_token: torch.Tensor,
@@ -34,15 +47,9 @@ def assign_req_to_token_pool_cpu(
     pool_len: int,
 ) -> None:
     """``req_to_token[req_pool_indices[i], start[i]:end[i]] = `` the i-th run of ``out_cache_loc``."""
-    position = 0
-    for row, start, end in zip(
-        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
-    ):
-        if not 0 <= start <= end <= pool_len:
-            raise ValueError(f"assign_req_to_token_pool_cpu: slots [{start}, {end}) outside 0..{pool_len}")
-        length = end - start
-        req_to_token[row, start:end] = out_cache_loc[position : position + length]
-        position += length
+    runs = _runs("assign_req_to_token_pool_cpu", req_pool_indices, start_offset, end_offset, pool_len)
+    for row, start, end, position in runs:
+        req_to_token[row, start:end] = out_cache_loc[position : position + end - start]
 
 
 def assign_extend_cache_locs_cpu(
@@ -54,14 +61,9 @@ def assign_extend_cache_locs_cpu(
     pool_len: int,
 ) -> None:
     """The i-th run of ``out_cache_loc`` ``= req_to_token[req_pool_indices[i], start[i]:end[i]]``."""
-    position = 0
-    for row, start, end in zip(
-        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
-    ):
-        if not 0 <= start <= end <= pool_len:
-            raise ValueError(f"assign_extend_cache_locs_cpu: slots [{start}, {end}) outside 0..{pool_len}")
+    runs = _runs("assign_extend_cache_locs_cpu", req_pool_indices, start_offset, end_offset, pool_len)
+    for row, start, end, position in runs:
         out_cache_loc[position : position + end - start] = req_to_token[row, start:end]
-        position += end - start
 
 
 def fill_accept_out_cache_loc_cpu(
