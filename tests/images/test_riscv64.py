@@ -137,17 +137,18 @@ def test_every_projection_takes_the_packed_route_with_the_rvv_provider(served):
     assert report["provider"] == "rvv", report.get("provider")
     # SGLang's RMSNorm, SiluAndMul and RotaryEmbedding ops run the library's fused kernels: the
     # tiny Llama's 2 layers have 2 norms each, plus the final one, and one SiLU-gated MLP each;
-    # SGLang's get_rope gives both layers one RotaryEmbedding. Both layers' RadixAttention decode
-    # through the paged attention kernel (torch_native's loop replaced), the logits are widened to
-    # FP32 by the widening kernel, the greedy sampler picks each token with the top-1 kernel, and
-    # each layer's K and V rows go into the KV cache by the row store. Each layer's decoder layer,
-    # attention and MLP, and the model, read their children from _modules (the causal LM's forward
-    # is decorated: it keeps its own).
+    # SGLang's get_rope gives both layers one RotaryEmbedding. The logits are widened to FP32 by
+    # the widening kernel and the greedy sampler picks each token with the top-1 kernel. Each
+    # layer's decoder layer, attention and MLP, and the model, read their children from _modules
+    # (the causal LM's forward is decorated: it keeps its own).
     assert report["fused_ops"] == {"attention": 2, "children": 2 * 3 + 1, "rmsnorm": 5, "rotary": 1, "silu_mul": 2,
-                                   "top1": 1, "widen": 1, "kv_store": 1}, (
-        report.get("fused_ops"), report.get("fused_reason"))
+                                   "top1": 1, "widen": 1}, (report.get("fused_ops"), report.get("fused_reason"))
     logs = subprocess.run(["podman", "logs", compose_container()], capture_output=True, text=True)
     assert "provider=rvv" in logs.stdout + logs.stderr  # the policy's startup line
+    # Both layers' RadixAttention decode through the RVV attention backend's paged kernel, and
+    # their K and V rows go into the KV cache by its row store.
+    assert ("sglang_rvv: attention: the RVV backend serves torch_native (the paged decode and KV row store "
+            "kernels)") in logs.stdout + logs.stderr
 
 
 def test_chat_and_completions_answer(served):

@@ -1,13 +1,13 @@
-"""``python -m sglang_rvv.bench {linear,layouts,one-batch,suite} [options]``."""
+"""``python -m sglang_rvv.bench {linear,layouts,one-batch,speculative,suite} [options]``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import layouts, linear, one_batch, suite
+from . import layouts, linear, one_batch, speculative, suite
 
-SUITES = {"linear": linear, "layouts": layouts, "one-batch": one_batch, "suite": suite}
+SUITES = {"linear": linear, "layouts": layouts, "one-batch": one_batch, "speculative": speculative, "suite": suite}
 
 
 def main(argv: list[str] | None = None) -> int:
