@@ -47,6 +47,9 @@ class PolicyReport:
     group_sizes: dict[str, int] = field(default_factory=dict)  # packed quantized module -> effective G
     layout_fallbacks: dict[str, str] = field(default_factory=dict)  # module -> why a wider layout than asked
     skipped: dict[str, str] = field(default_factory=dict)
+    # module -> why a quantized layout was asked of it and its BF16 weight serves (row-major, or
+    # a fallback to the bf16 layout): what an accuracy figure of the layout does not cover there
+    bf16_weight: dict[str, str] = field(default_factory=dict)
     budget_cut: list[str] = field(default_factory=list)  # the skipped modules past the budget's cut
     module_bytes: dict[str, int] = field(default_factory=dict)  # packed module -> its packed bytes
     packed_bytes: int = 0  # real bytes of every packed tensor, scales included: what a token streams
@@ -78,6 +81,7 @@ class PolicyReport:
         skipped = "; ".join(f"{count}x {reason}" for reason, count in sorted(reasons.items()))
         by_layout = ", ".join(f"{name} {size / MIB:.1f} MiB" for name, size in self.bytes_by_layout().items())
         fallbacks = f" layout_fallbacks={len(self.layout_fallbacks)}" if self.layout_fallbacks else ""
+        fallbacks += f" bf16_weight={len(self.bf16_weight)}" if self.bf16_weight else ""
         return (
             f"sglang_rvv: adapter={self.adapter} provider={self.provider} "
             f"packed={len(self.packed)} ({self.packed_bytes / MIB:.1f} MiB{': ' + by_layout if by_layout else ''}) "
@@ -145,6 +149,7 @@ class RvvPolicy:
         budget_bytes, budget_source = self._budget(sum(packed_state.nbytes(m) for _, m, _ in entries))
 
         plan: list[tuple[str, torch.nn.Module, routing.ModuleRoute | None, str | None]] = []
+        asked = {name: config.layout_for(kind) for name, _, kind in entries}
         for name, module, kind in entries:
             reason = self.adapter.module_gate(module)
             if reason is not None:  # left exactly as the framework built it
@@ -207,6 +212,10 @@ class RvvPolicy:
                 report.group_sizes[name] = layouts[name].group
             report.module_bytes[name] = packed_state.nbytes(module)
         report.packed_bytes = sum(report.module_bytes.values())
+        report.bf16_weight = {name: reason for name, reason in report.skipped.items() if asked[name] != "bf16"}
+        report.bf16_weight.update((name, f"layout fallback: {report.layout_fallbacks[name]}")
+                                  for name, layout in report.layouts.items()
+                                  if layout == "bf16" and asked[name] != "bf16" and name in report.layout_fallbacks)
         report.tied_lm_head = self.adapter.validate_tied_lm_head(model)
         report.fused_ops, report.fused_reason = fused.install(model, self.adapter.fused_modules, config.fused_ops)
         self.report = report

@@ -150,11 +150,20 @@ def test_weight_update_is_followed(llama, tmp_path):
     assert not any(route == "row_major_invalid" for (_, route, _) in _metrics(on))
 
 
-def _byte_gauges(server: SGLangServer) -> dict[str, float]:
-    """The policy's byte gauges on /metrics: sample (with its labels) -> value."""
+def _samples(server: SGLangServer, *prefixes: str) -> dict[str, float]:
+    """The samples on /metrics whose names start with one of ``prefixes``: sample (with its labels) -> value."""
     return {name: float(value) for name, _, value in
-            (line.rpartition(" ") for line in server.get("/metrics").splitlines())
-            if name.startswith(("sglang_rvv_packed_bytes", "sglang_rvv_projection_bytes"))}
+            (line.rpartition(" ") for line in server.get("/metrics").splitlines()) if name.startswith(prefixes)}
+
+
+def _byte_gauges(server: SGLangServer) -> dict[str, float]:
+    """The policy's byte gauges on /metrics."""
+    return _samples(server, "sglang_rvv_packed_bytes", "sglang_rvv_projection_bytes")
+
+
+def _bf16_weight(server: SGLangServer) -> dict[str, float]:
+    """The modules /metrics names as serving their BF16 weight under a quantized layout (value 1)."""
+    return {name: value for name, value in _samples(server, "sglang_rvv_bf16_weight{").items() if value}
 
 
 def test_an_int4_lm_head_rescored_from_bf16_serves_the_bf16_heads_picks(llama, tiny_checkpoints, server_logs,
@@ -193,16 +202,19 @@ def test_the_byte_gauges_follow_a_weight_update_that_changes_the_packed_set(tiny
                           extra_args=[*FLAG, "--cpu-rvv-weight-dtype", "int8", "--enable-metrics",
                                       "--no-cpu-rvv-warmup", "--skip-server-warmup"])
     with server:
-        before = _byte_gauges(server)
+        before, bf16_before = _byte_gauges(server), _bf16_weight(server)
         reply = server.post("/update_weights_from_disk", {"model_path": str(second)})
         assert reply["success"], reply
         after = _byte_gauges(server)  # no request in between: the update itself refreshes them
+        bf16_after = _bf16_weight(server)
     bf16, int8 = (f'sglang_rvv_projection_bytes{{layout="{name}",projection="o_proj"}}' for name in ("bf16", "int8"))
     assert before.get(bf16, 0) == 0 and before[int8] > 0, before  # both layers' o_proj in int8
     assert after[bf16] == 1024 * 1024 * 2 and after[int8] == before[int8] / 2, after  # one layer fell back
     assert after["sglang_rvv_packed_bytes"] - before["sglang_rvv_packed_bytes"] == after[bf16] - before[int8] / 2
     packed = sum(v for k, v in after.items() if k.startswith("sglang_rvv_projection_bytes") and "row_major" not in k)
     assert packed == after["sglang_rvv_packed_bytes"]
+    # The fallen-back o_proj is named as serving its BF16 weight though int8 was asked.
+    assert bf16_before == {} and bf16_after == {'sglang_rvv_bf16_weight{module="model.layers.0.self_attn.o_proj"}': 1}
 
 
 def test_weight_update_during_a_generation_waits_for_it(llama, tmp_path):

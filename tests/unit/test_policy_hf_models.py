@@ -52,6 +52,17 @@ def test_logits_report_tying_and_state_dict(arch, tied):
     assert counts["packed_compiled"] == len(expected) and counts["row_major_gate"] == 4
 
 
+def test_the_modules_a_quantized_layout_leaves_on_their_bf16_weight_are_named():
+    # The tiny models' k and v projections (N=256) are under the generic provider's shape gate:
+    # asked for int8, they serve F.linear on their BF16 weight, and the report says so.
+    model = tiny.build_model("llama", seed=1)
+    assert install_rvv_policy(model, RvvPolicyConfig()).bf16_weight == {}  # bf16 asked: nothing to name
+    report = install_rvv_policy(model, RvvPolicyConfig(weight_dtype="int8"))
+    kv = {f"model.layers.{i}.self_attn.{p}" for i in range(2) for p in ("k_proj", "v_proj")}
+    assert report.bf16_weight == {name: report.skipped[name] for name in kv}
+    assert f"bf16_weight={len(kv)}" in report.summary()
+
+
 def test_install_twice_never_packs_twice(llama):
     first = install_rvv_policy(llama, RvvPolicyConfig(regional_compile=False))
     buffers = {n: m._buffers[BUFFER] for n, m in llama.named_modules() if BUFFER in m._buffers}

@@ -26,6 +26,7 @@ CALLS = "sglang_rvv_linear_calls"  # exposed as sglang_rvv_linear_calls_total
 PACKED_BYTES = "sglang_rvv_packed_bytes"
 PROJECTION_BYTES = "sglang_rvv_projection_bytes"
 INFO = "sglang_rvv_info"
+BF16_WEIGHT = "sglang_rvv_bf16_weight"
 ROW_MAJOR = "row_major"  # the layout label of a projection that streams its framework weight
 MIB = 1024 * 1024
 # The exporter of each policy in this process, so a weight-update hook that only sees the model
@@ -83,6 +84,11 @@ class MetricsExporter:
         info = Gauge(INFO, "The sglang-rvv policy in this server: kernel provider and Inductor cache state",
                      labelnames=["provider", "cache_state"], multiprocess_mode="max")
         info.labels(provider=provider, cache_state=cache_state).set(1)
+        self._bf16_weight = Gauge(
+            BF16_WEIGHT, "1 for each module whose quantized layout is served with its BF16 weight (the policy "
+            "report's bf16_weight: the shape gate, the budget, a layout fallback)", labelnames=["module"],
+            multiprocess_mode="max")
+        self._bf16_modules: set[str] = set()
         self._sent: dict[tuple[str, str, str], int] = {}
         self._report = None  # the policy report the byte gauges show
         self._labels: set[tuple[str, str]] = set()
@@ -104,6 +110,12 @@ class MetricsExporter:
         for (projection, layout), size in rows.items():
             self._projection_bytes.labels(projection=projection, layout=layout).set(size)
         self._labels |= rows.keys()
+        modules = set(self._report.bf16_weight)
+        for module in self._bf16_modules - modules:
+            self._bf16_weight.labels(module=module).set(0)
+        for module in modules:
+            self._bf16_weight.labels(module=module).set(1)
+        self._bf16_modules |= modules
 
     def flush(self) -> None:
         if self._policy.report is not self._report:  # re-planned since the last refresh
