@@ -2,8 +2,9 @@
 whether its greedy tokens are the plain server's.
 
 Two flag-on servers of the model, one after the other (they share the CPUs otherwise): plain, then
-with ``--speculative-algorithm NGRAM`` (:func:`ngram_args`). Each asks every prompt of ``PROMPTS`` once, in order, for
-``--tokens`` new greedy tokens (the NGRAM corpus grows from prompt to prompt, as on a server).
+with ``--speculative-algorithm NGRAM`` (:func:`ngram_args`). Each asks every prompt of ``PROMPTS``
+once, in order, for ``--tokens`` new greedy tokens (the NGRAM corpus grows from prompt to prompt,
+as on a server).
 Per prompt it prints the verify steps, the mean accepted length (new tokens a verify step,
 SGLang's ``spec_accept_length``), the drafted tokens each step checks, and whether the tokens
 equal the plain server's. Wall times here are this host's, not the board's: a verify step's cost
@@ -26,9 +27,6 @@ DRAFT_TOKENS = 12  # SGLang 0.5.21's default for NGRAM (server_args._handle_ngra
 # its answer so far): at SGLang's default, 18, a rewrite's paragraph never reaches it.
 TRIE_DEPTH = 128
 
-
-def ngram_args(depth: int = TRIE_DEPTH) -> tuple[str, ...]:
-    return ("--speculative-algorithm", "NGRAM", "--speculative-ngram-max-trie-depth", str(depth))
 PARAGRAPH = ("The committee, having deliberated at considerable length upon the matter of the proposed "
              "amendments, resolved to postpone its final determination until such time as further evidence "
              "could be gathered from the regional offices and the independent auditors.")
@@ -49,6 +47,11 @@ PROMPTS = {
     "chat-1": "What should I pack for a weekend of hiking in the mountains?",
     "chat-2": "Tell me a short story about a lighthouse keeper.",
 }
+
+
+def ngram_args(depth: int = TRIE_DEPTH) -> tuple[str, ...]:
+    """The NGRAM server's flags."""
+    return ("--speculative-algorithm", "NGRAM", "--speculative-ngram-max-trie-depth", str(depth))
 
 
 def chat_text(model: Path, prompt: str) -> str:
