@@ -56,6 +56,8 @@ def test_a_routed_sglang_projection_skips_module_call_and_keeps_its_hooks():
     from sglang_rvv.direct_call import DirectCall
 
     module = ReplicatedLinear(8, 4, bias=False, params_dtype=torch.float32)
+    # SGLang allocates the weight with torch.empty: a NaN left in that memory never equals itself.
+    torch.nn.init.normal_(module.weight, generator=torch.Generator().manual_seed(0))
     seen = []
 
     def route(layer, x, weight, bias):
