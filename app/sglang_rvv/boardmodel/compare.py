@@ -31,7 +31,6 @@ LABEL = "modelled from emulated instruction counts, not measured on a board"
 # (IME's published models), TinyLlama at Q4_K_M (the plain-RVV calibration anchor).
 PEER_FORMATS = {"qwen3-0.6b": ("Q4_0", "Q8_0"), "tinyllama-1.1b": ("Q4_K_M",), "qwen2.5-0.5b": ("Q4_0", "Q8_0")}
 PATHS = ("vec_dot", "repack")
-THREADS = (4, 8)
 PRICED_PREFILL = 128  # the product's prefill target is a 128-token prompt, whatever length was counted
 OUR_LAYOUTS = ("bf16", "int8", "int4", "int4_a8")
 # The product's targets, judged here (modelled): ours over llama.cpp's plain-RVV Q4_0 of the same
@@ -132,8 +131,7 @@ def parse(argv) -> argparse.Namespace:
                         + "; ".join(f"{k}: {' '.join(v)}" for k, v in PEER_FORMATS.items()) + ")")
     parser.add_argument("--paths", nargs="+", default=list(PATHS),
                         help="llama.cpp's weight paths, vec_dot and repack (default: both; none: the appliance only)")
-    parser.add_argument("--threads", nargs="+", type=int, default=list(THREADS),
-                        help="board thread counts each count is priced at (default: %(default)s)")
+    model.add_threads_option(parser)
     parser.add_argument("--layouts", nargs="+", default=list(OUR_LAYOUTS),
                         help="the appliance's layouts, through the policy's forward (none: llama.cpp only)")
     parser.add_argument("--served", nargs="+", default=[], choices=WEIGHT_DTYPES,
@@ -153,8 +151,6 @@ def parse(argv) -> argparse.Namespace:
     bad = [layout for layout in args.layouts if layout not in WEIGHT_DTYPES]
     if bad:
         parser.error(f"unknown layout {bad[0]!r}: choose from {', '.join(WEIGHT_DTYPES)} or none")
-    if any(not 1 <= t <= 8 for t in args.threads):
-        parser.error("--threads: the K1 has 8 cores; give counts from 1 to 8")
     if args.prefill < 1:
         parser.error("--prefill: the prefill is priced from its own count; give at least 1 token")
     return args

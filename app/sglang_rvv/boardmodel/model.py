@@ -166,6 +166,23 @@ def streamed_bytes(shape: dict, packed_source_bytes: int, packed_bytes: int) -> 
     return max(0, weight_bytes_bf16(shape) - packed_source_bytes) + packed_bytes
 
 
+PRICED_THREADS = (4, 8)  # the thread counts a count is priced at: one cluster of the K1, and all 8 cores
+
+
+def _board_threads(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or not 1 <= int(text) <= 8:
+        raise argparse.ArgumentTypeError(f"{text!r}: the K1 has 8 cores; give counts from 1 to 8")
+    return int(text)
+
+
+def add_threads_option(parser) -> None:
+    """The pricing commands' ``--threads``: the board thread counts each count is priced at."""
+    parser.add_argument("--threads", nargs="+", type=_board_threads, default=list(PRICED_THREADS),
+                        help="board thread counts each count is priced at (default: %(default)s)")
+
+
 def constants_json() -> dict:
     return {name: {"value": k.value, "unit": k.unit, "source": k.source}
             for name, k in CONSTANTS.items()}

@@ -30,7 +30,6 @@ from . import model, rootfs, run, serving, tool
 RESULT = "served-count.json"
 SCHEMA = 1
 LABEL = "modelled from emulated instruction counts, not measured on a board"
-THREADS = (4, 8)
 PORT = 31991
 
 
@@ -117,8 +116,7 @@ def parse(argv) -> argparse.Namespace:
     parser.add_argument("--candidates", type=int, default=0,
                         help="a quantized lm_head's exact greedy picks: rescore its top K from the BF16 rows "
                              "(--cpu-rvv-lm-head-candidates; default 0, off)")
-    parser.add_argument("--threads", nargs="+", type=int, default=list(THREADS),
-                        help="board thread counts each count is priced at (default: %(default)s)")
+    model.add_threads_option(parser)
     parser.add_argument("--tokens", default="3,7", help="the two request lengths (default %(default)s)")
     parser.add_argument("--image", help=f"the riscv64 runtime image (default {rootfs.image_name()})")
     parser.add_argument("--run-dir", type=Path, help="write into this run directory (default: results/<host>/<UTC>)")
@@ -129,8 +127,6 @@ def parse(argv) -> argparse.Namespace:
         parser.error(f"--tokens {args.tokens!r}: give two request lengths, SHORT,LONG")
     if len(args.tokens) != 2 or not 0 < args.tokens[0] < args.tokens[1]:
         parser.error(f"--tokens {args.tokens!r}: give two request lengths, the second longer")
-    if any(not 1 <= t <= 8 for t in args.threads):
-        parser.error("--threads: the K1 has 8 cores; give counts from 1 to 8")
     if args.candidates < 0:
         parser.error("--candidates: give 0 (off) or the number of logits to rescore")
     return args
